@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+CLUSTER ?= sample_clusters/modern-mixed.yaml
+PORT ?= 8501
+
+.PHONY: run test setup setup-dev lint bench clean
+
+$(BIN)/python:
+	@command -v $(PY) >/dev/null 2>&1 || { echo "Python 3.11 not found as $(PY); set PY=/path/to/python3.11"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.runtime: $(BIN)/python requirements.txt pyproject.toml
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+setup: $(VENV)/.runtime
+setup-dev: $(VENV)/.dev
+
+## make run: set up .venv and serve the app (default cluster: $(CLUSTER))
+run: setup
+	FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
+
+## make test: set up .venv with dev tools, lint, run every test
+test: setup-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: setup-dev
+	$(BIN)/ruff check .
+
+bench: setup-dev
+	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache artifacts

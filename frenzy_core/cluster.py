@@ -1,0 +1,189 @@
+"""Clusters: nodes of GPUs with their links, loaded from and saved to YAML.
+
+A YAML cluster file looks like::
+
+    name: sia-64
+    description: what it models and where it comes from
+    gpu_types: []            # optional user-defined GPU types (same fields as the catalog)
+    nodes:
+      - name: aws            # with count > 1, nodes are named aws-0, aws-1, ...
+        gpu_type: T4
+        num_gpus: 4
+        count: 6
+        network_gbit_s: 50   # optional; intra_link / intra_link_gbyte_s default to the GPU type's
+
+Validation errors name the file, the node and the field.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.gpus import CATALOG, GPUType, LinkKind
+
+DEFAULT_NETWORK_GBIT_S = 100.0  # a 100 Gbit/s InfiniBand/RoCE NIC per node, the common datacenter default
+
+
+class Node(BaseModel):
+    """One server: `num_gpus` GPUs of one type, an intra-node link and a network link to the other nodes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # unique within the cluster
+    gpu_type: str  # key into the catalog or the cluster's own gpu_types
+    num_gpus: int  # GPUs in this node (tensor parallelism stays inside one node)
+    intra_link: LinkKind | None = None  # None = the GPU type's usual link
+    intra_link_gbyte_s: float | None = None  # per-GPU GB/s inside the node; None = the GPU type's figure
+    network_gbit_s: float = DEFAULT_NETWORK_GBIT_S  # node-to-node bandwidth, Gbit/s
+
+    @model_validator(mode="after")
+    def _check(self) -> Node:
+        if self.num_gpus <= 0:
+            raise ValueError(f"num_gpus must be a positive integer, got {self.num_gpus}")
+        if self.network_gbit_s <= 0:
+            raise ValueError(f"network_gbit_s must be positive, got {self.network_gbit_s}")
+        if self.intra_link_gbyte_s is not None and self.intra_link_gbyte_s <= 0:
+            raise ValueError(f"intra_link_gbyte_s must be positive, got {self.intra_link_gbyte_s}")
+        return self
+
+
+class Cluster(BaseModel):
+    """A list of nodes plus any user-defined GPU types they use."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "cluster"
+    description: str = ""
+    gpu_types: tuple[GPUType, ...] = ()  # user-defined types; override catalog entries of the same name
+    nodes: tuple[Node, ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        if not self.nodes:
+            raise ValueError("a cluster needs at least one node")
+        known = {**CATALOG, **{g.name: g for g in self.gpu_types}}
+        seen: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            if node.name in seen:
+                raise ValueError(f"node {i} ({node.name!r}): duplicate node name; names must be unique")
+            seen.add(node.name)
+            if node.gpu_type not in known:
+                raise ValueError(
+                    f"node {i} ({node.name!r}): gpu_type {node.gpu_type!r} is not in the catalog; "
+                    f"use one of {', '.join(known)} or define it under gpu_types"
+                )
+        return self
+
+    # --- lookups -----------------------------------------------------------------------------------------------
+    @property
+    def type_table(self) -> dict[str, GPUType]:
+        return {**CATALOG, **{g.name: g for g in self.gpu_types}}
+
+    def gpu(self, name: str) -> GPUType:
+        return self.type_table[name]
+
+    def gpu_types_present(self) -> list[GPUType]:
+        """The GPU types that nodes use, in first-seen order."""
+        table = self.type_table
+        return [table[n] for n in dict.fromkeys(node.gpu_type for node in self.nodes)]
+
+    def gpus_by_type(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for node in self.nodes:
+            counts[node.gpu_type] += node.num_gpus
+        return dict(counts)
+
+    def max_gpus_per_node(self, gpu_type: str) -> int:
+        return max((n.num_gpus for n in self.nodes if n.gpu_type == gpu_type), default=0)
+
+    def intra_link_gbyte_s(self, node: Node) -> float:
+        return node.intra_link_gbyte_s or self.gpu(node.gpu_type).intra_link_gbyte_s
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.num_gpus for n in self.nodes)
+
+
+def _expand(raw_nodes: list, source: str) -> list[dict]:
+    """Expand `count: N` entries into N named nodes; check each entry is a mapping."""
+    out: list[dict] = []
+    for i, raw in enumerate(raw_nodes):
+        if not isinstance(raw, dict):
+            raise SpecError(f"nodes[{i}]", "each node must be a mapping with gpu_type and num_gpus", source)
+        entry = dict(raw)
+        count = entry.pop("count", 1)
+        if not isinstance(count, int) or count <= 0:
+            raise SpecError(f"nodes[{i}].count", f"must be a positive integer, got {count!r}", source)
+        base = entry.get("name") or f"node{i}"
+        for k in range(count):
+            out.append({**entry, "name": f"{base}-{k}" if count > 1 else base})
+    return out
+
+
+def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
+    """Build a Cluster from parsed YAML/JSON; errors name the source, the node and the field."""
+    if not isinstance(data, dict):
+        raise SpecError("(top level)", "a cluster file must be a mapping with a `nodes` list", source)
+    if "nodes" not in data or not isinstance(data["nodes"], list):
+        raise SpecError("nodes", "missing or not a list; add `nodes:` with one entry per node", source)
+    extra = set(data) - {"name", "description", "gpu_types", "nodes"}
+    if extra:
+        raise SpecError(sorted(extra)[0], "unknown key; allowed: name, description, gpu_types, nodes", source)
+    gpu_types = []
+    for i, g in enumerate(data.get("gpu_types") or []):
+        try:
+            gpu_types.append(GPUType(**g) if isinstance(g, dict) else GPUType.model_validate(g))
+        except ValidationError as err:
+            e = from_validation_error(err)
+            raise SpecError(f"gpu_types[{i}].{e.field}", e.reason, source) from None
+    nodes = _expand(data["nodes"], source)
+    for i, n in enumerate(nodes):
+        try:
+            Node(**n)
+        except ValidationError as err:
+            e = from_validation_error(err)
+            raise SpecError(f"node {n.get('name')!r}.{e.field}", e.reason, source) from None
+        except TypeError:
+            raise SpecError(f"nodes[{i}]", "node fields must be key: value pairs", source) from None
+    try:
+        return Cluster(name=data.get("name", Path(source).stem), description=data.get("description", ""),
+                       gpu_types=tuple(gpu_types), nodes=tuple(Node(**n) for n in nodes))
+    except ValidationError as err:
+        raise from_validation_error(err, source) from None
+
+
+def parse_cluster_yaml(text: str, source: str = "cluster.yaml") -> Cluster:
+    """Parse YAML text (`yaml.safe_load`) into a Cluster."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        raise SpecError(where, f"not valid YAML: {getattr(err, 'problem', err)}", source) from None
+    return cluster_from_dict(data, source)
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError("cluster", f"file not found: {p}") from None
+    return parse_cluster_yaml(text, source=p.name)
+
+
+def cluster_to_yaml(cluster: Cluster) -> str:
+    """Serialise a cluster (one entry per node, defaults left out) so that parse_cluster_yaml round-trips it."""
+    data: dict = {"name": cluster.name}
+    if cluster.description:
+        data["description"] = cluster.description
+    if cluster.gpu_types:
+        data["gpu_types"] = [g.model_dump() for g in cluster.gpu_types]
+    data["nodes"] = [n.model_dump(exclude_defaults=True) | {"name": n.name, "gpu_type": n.gpu_type,
+                                                            "num_gpus": n.num_gpus} for n in cluster.nodes]
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,35 @@
+"""One error type for bad input, so every boundary (CLI, pages, loaders) can show a one-line message."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class SpecError(ValueError):
+    """Bad user input. `field` names what is wrong; the message says how to fix it.
+
+    >>> str(SpecError("hidden_size", "must be a positive integer, got -1"))
+    'hidden_size: must be a positive integer, got -1'
+    """
+
+    def __init__(self, field: str, message: str, source: str | None = None):
+        self.field = field
+        self.source = source
+        self.reason = message
+        prefix = f"{source}: " if source else ""
+        super().__init__(f"{prefix}{field}: {message}")
+
+
+def from_validation_error(err: ValidationError, source: str | None = None) -> SpecError:
+    """Turn pydantic's multi-line error into one SpecError naming the first bad field."""
+    first = err.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or "(input)"
+    msg = first.get("msg", "invalid value")
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if "input" in first and not msg.endswith(")") and first.get("type") != "value_error":
+        msg = f"{msg} (got {first['input']!r})"
+    extra = len(err.errors()) - 1
+    if extra:
+        msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"
+    return SpecError(field, msg, source)

@@ -1,0 +1,141 @@
+"""The training setup: sequence, batch, precision, optimizer, sharding, recomputation, attention kind; and the split.
+
+Everything the memory and performance models need besides the model's shape. Precision setups spell out their bytes
+per parameter with each part named, so the 20 bytes of the paper's `20W` can be read off, not taken on trust.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from frenzy_core.errors import SpecError, from_validation_error
+
+Precision = Literal["amp", "bf16-master", "fp32"]
+Optimizer = Literal["adamw", "adamw-fused", "sgd"]
+Recompute = Literal["none", "selective", "full"]
+Attention = Literal["eager", "flash"]
+
+
+@dataclass(frozen=True)
+class PrecisionSetup:
+    """Bytes per parameter of one precision recipe, each part named.
+
+    `amp` (PyTorch autocast, foreach AdamW) = 4 param + 4 grad + 4 exp_avg + 4 exp_avg_sq = 16 persistent bytes,
+    plus a 2-byte bf16 weight copy that autocast caches during forward/backward and a 4-byte foreach temporary inside
+    `optimizer.step()` (shared/reference/memory-findings.md: "exactly 20 bytes per parameter inside the step").
+    `bf16-master` (Megatron-LM, arXiv 1909.08053 + 2205.05198): 2 bf16 param + 4 fp32 main grad + 4 master weight
+    + 4 + 4 Adam states = 18 bytes (the "18 bytes per parameter" of Megatron's distributed-optimizer docs).
+    """
+
+    name: str
+    param_bytes: int  # the parameter tensors the model holds
+    grad_bytes: int  # the gradient each parameter accumulates into
+    master_bytes: int  # an fp32 master copy kept by the optimizer (0 when params are already fp32)
+    compute_copy_bytes: int  # low-precision weight copies cached by autocast during forward/backward
+    activation_bytes: int  # bytes per activation element for matmul outputs (2 for bf16/fp16, 4 for fp32)
+    residual_bytes: int  # bytes per element of the residual stream (fp32 under amp: params are fp32)
+    compute_dtype: str  # "bf16" or "fp32": which peak TFLOP/s the GPU delivers
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Persistent bytes per parameter before optimizer states: param + grad + master."""
+        return self.param_bytes + self.grad_bytes + self.master_bytes
+
+
+PRECISIONS: dict[str, PrecisionSetup] = {
+    "amp": PrecisionSetup("amp", 4, 4, 0, 2, 2, 4, "bf16"),
+    "bf16-master": PrecisionSetup("bf16-master", 2, 4, 4, 0, 2, 2, "bf16"),
+    "fp32": PrecisionSetup("fp32", 4, 4, 0, 0, 4, 4, "fp32"),
+}
+
+# Optimizer state bytes per parameter: AdamW keeps exp_avg and exp_avg_sq in fp32 (4 + 4); SGD with momentum 4.
+OPTIMIZER_STATE_BYTES: dict[str, int] = {"adamw": 8, "adamw-fused": 8, "sgd": 4}
+# Transient bytes per parameter inside optimizer.step(): foreach AdamW materialises one fp32 temporary per param
+# (memory-findings.md); the fused kernel and SGD do not.
+OPTIMIZER_TRANSIENT_BYTES: dict[str, int] = {"adamw": 4, "adamw-fused": 0, "sgd": 0}
+
+
+class TrainingSpec(BaseModel):
+    """How the model is trained: shapes of a step and the memory-relevant switches."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq_len: int = 2048  # s: tokens per sample
+    global_batch: int = 64  # B: samples per optimizer step, over all data-parallel replicas
+    micro_batch: int = 1  # b: samples per forward/backward on one GPU; accumulation = B / (b x d)
+    precision: Precision = "bf16-master"  # see PRECISIONS
+    optimizer: Optimizer = "adamw"  # adamw (foreach), adamw-fused, sgd (momentum)
+    zero_stage: int = 0  # 0: none; 1: optimizer states; 2: + gradients; 3: + parameters, sharded over d
+    distributed_optimizer: bool = False  # Megatron's: master weights + Adam states sharded over d (like ZeRO-1)
+    recompute: Recompute = "none"  # activation recomputation: none, selective (attention core), full (per layer)
+    sequence_parallel: bool = False  # Megatron SP: norms and dropouts split over t too (Korthikanti et al. 2022)
+    attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
+    dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingSpec:
+        for field in ("seq_len", "global_batch", "micro_batch"):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
+        if self.micro_batch > self.global_batch:
+            raise ValueError(f"micro_batch ({self.micro_batch}) cannot exceed global_batch ({self.global_batch})")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        return self
+
+    @property
+    def precision_setup(self) -> PrecisionSetup:
+        return PRECISIONS[self.precision]
+
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+def make_training(**fields) -> TrainingSpec:
+    """Build a TrainingSpec from user input; raises SpecError naming the bad field."""
+    try:
+        return TrainingSpec(**fields)
+    except ValidationError as err:
+        raise from_validation_error(err) from None
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """How one job is split: d data-parallel replicas x t tensor-parallel shards x p pipeline stages."""
+
+    dp: int = 1  # d: replicas, each sees global_batch / d samples per step
+    tp: int = 1  # t: tensor-parallel shards of each layer (kept inside one node)
+    pp: int = 1  # p: pipeline stages, each holds num_layers / p layers
+
+    @property
+    def num_gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+
+def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
+    """Validate a split against the model and batch; returns the gradient-accumulation steps.
+
+    >>> from frenzy_core.models import ZOO
+    >>> check_parallelism(ZOO["gpt2"], TrainingSpec(global_batch=32, micro_batch=4), Parallelism(dp=2))
+    4
+    """
+    for field in ("dp", "tp", "pp"):
+        if getattr(par, field) <= 0:
+            raise SpecError(field, f"must be a positive integer, got {getattr(par, field)}")
+    if model.num_heads % par.tp or model.kv_heads % par.tp:
+        raise SpecError("tp", f"must divide num_heads ({model.num_heads}) and num_kv_heads ({model.kv_heads}), got {par.tp}")
+    if model.num_layers % par.pp:
+        raise SpecError("pp", f"must divide num_layers ({model.num_layers}), got {par.pp}")
+    per_step = training.micro_batch * par.dp
+    if training.global_batch % per_step:
+        raise SpecError(
+            "global_batch",
+            f"{training.global_batch} is not divisible by micro_batch x dp = {training.micro_batch} x {par.dp}; "
+            f"use a multiple of {per_step}",
+        )
+    return training.global_batch // per_step
