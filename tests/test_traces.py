@@ -1,0 +1,291 @@
+"""Trace loaders: real files (when ../shared/traces exists), bundled samples, malformed fixtures, synthetic traces."""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import pytest
+
+from frenzy_core.errors import SpecError
+from frenzy_core.traces import (
+    LOADERS,
+    RowProblem,
+    Trace,
+    bundled_traces,
+    load_alibaba2020,
+    load_alibaba2023,
+    load_gavel,
+    load_helios,
+    load_native,
+    load_philly,
+    load_sia,
+    load_trace,
+    offered_load,
+    synthetic_trace,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared trace data not found at {SHARED}")
+
+
+def csv_data_rows(path: Path, delimiter: str = ",", header: bool = True) -> int:
+    """Independent row count with the csv module (non-blank records, minus the header)."""
+    with open(path, newline="") as f:
+        n = sum(1 for rec in csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE if delimiter == "\t"
+                                        else csv.QUOTE_MINIMAL) if rec)
+    return n - 1 if header else n
+
+
+def assert_ordered(trace: Trace) -> None:
+    """Arrivals start at 0 and never decrease; equal arrivals are ordered by job id; ids are unique."""
+    arrivals = [j.arrival_s for j in trace.jobs]
+    assert arrivals[0] == 0.0
+    keys = [(j.arrival_s, j.job_id) for j in trace.jobs]
+    assert keys == sorted(keys)
+    assert len({j.job_id for j in trace.jobs}) == len(trace.jobs)
+    assert all(j.num_gpus >= 1 and j.duration_s >= 0 for j in trace.jobs)
+
+
+# ---- real data ------------------------------------------------------------------------------------------------------
+
+
+@needs_shared
+def test_full_philly_loads_every_row_fast():
+    path = SHARED / "sia-sosp23" / "traces" / "philly.csv"
+    start = time.perf_counter()
+    trace = load_philly(path)
+    elapsed = time.perf_counter() - start
+    assert csv_data_rows(path) == 82_247
+    assert trace.kept == 82_247 and trace.skipped == ()
+    assert elapsed < 2.0, f"philly.csv took {elapsed:.2f} s"
+    assert_ordered(trace)
+    # 1:76627 GPU counts published in the Sia README
+    assert sum(j.num_gpus == 1 for j in trace.jobs) == 76_627
+
+
+@needs_shared
+@pytest.mark.parametrize("folder", ["philly", "saturn", "newtrace"])
+def test_every_sia_workload_loads(folder):
+    for path in sorted((SHARED / "sia-sosp23" / "workloads" / folder).glob("workload-*.csv")):
+        trace = load_sia(path)
+        assert trace.kept == csv_data_rows(path), path
+        assert_ordered(trace)
+
+
+@needs_shared
+def test_gavel_msr_traces_load_with_durations():
+    paths = sorted((SHARED / "gavel-osdi20" / "traces-msr-seed0").glob("*.trace"))
+    total = 0
+    for path in paths:
+        trace = load_gavel(path)
+        assert trace.kept == csv_data_rows(path, "\t", header=False) and not trace.skipped
+        assert all(j.duration_s > 0 for j in trace.jobs)
+        total += trace.kept
+    assert total == 15_264  # the README's count
+
+
+@needs_shared
+def test_alibaba2023_pod_list_skips_cpu_and_unscheduled_pods():
+    path = SHARED / "alibaba-pai-gpu-v2023" / "openb_pod_list_gpuspec33.csv"
+    trace = load_alibaba2023(path)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    cpu = sum(r["num_gpu"] == "0" for r in rows)
+    unscheduled = sum(r["num_gpu"] != "0" and r["scheduled_time"] == "" for r in rows)
+    assert (cpu, len(rows)) == (1088, 8152)  # the README's counts
+    assert trace.kept == len(rows) - cpu - unscheduled
+    assert trace.skip_reasons() == {"non-GPU pod (num_gpu == 0)": cpu,
+                                    "never scheduled (scheduled_time empty)": unscheduled}
+    assert {j.gpu_type for j in trace.jobs} >= {"T4", "P100-16GB", None}
+
+
+@needs_shared
+def test_alibaba2023_multigpu50_file_is_not_the_pod_format():
+    with pytest.raises(SpecError, match="scheduled_time"):
+        load_alibaba2023(SHARED / "alibaba-pai-gpu-v2023" / "openb_pod_list_multigpu50.csv")
+
+
+# ---- bundled samples -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(bundled_traces()))
+def test_bundled_trace_loads_all_rows(name):
+    path, fmt = bundled_traces()[name]
+    trace = load_trace(path, fmt)
+    expected = csv_data_rows(path, "\t", header=False) if fmt == "gavel" else csv_data_rows(path)
+    assert trace.kept == expected and not trace.skipped
+    assert_ordered(trace)
+
+
+def test_bundled_philly_sample_is_a_contiguous_window_of_2000_jobs():
+    path, _ = bundled_traces()["philly-2000"]
+    trace = load_philly(path)
+    assert trace.kept == 2000
+    assert trace.jobs[-1].arrival_s < 2 * 86_400  # about 27 h of submissions, not a scatter over 3.5 months
+
+
+def test_bundled_samples_stay_small():
+    total = sum(p.stat().st_size for p in (Path(bundled_traces()["philly-2000"][0]).parent).iterdir())
+    assert total < 300_000
+
+
+def test_sia_duration_is_application_gpu_hours_over_replicas():
+    trace = load_sia("name,time,application,num_replicas,batch_size\nimagenet-0,5,imagenet,8,512\n")
+    assert trace.jobs[0].duration_s == pytest.approx(236.9 * 3600 / 8)
+    assert trace.jobs[0].job_type == "imagenet"
+    custom = load_sia("name,time,application,num_replicas,batch_size\nx-0,5,gpt_pmp,4,8\n",
+                      app_gpu_hours={"gpt_pmp": 2.0})
+    assert custom.jobs[0].duration_s == pytest.approx(1800.0)
+
+
+def test_limit_keeps_the_earliest_arrivals():
+    path, _ = bundled_traces()["philly-2000"]
+    full, first = load_philly(path), load_philly(path, limit=10)
+    assert [j.job_id for j in first.jobs] == [j.job_id for j in full.jobs[:10]]
+
+
+def test_loaders_accept_text_and_file_objects():
+    text = "job_id,arrival_s,num_gpus,duration_s\na,5,1,10\n"
+    with open(DATA / "native_malformed.csv") as f:
+        from_file = load_native(f)
+    assert load_native(text).jobs[0].job_id == "a"
+    assert from_file.source == "native_malformed.csv" and from_file.kept == 3
+
+
+# ---- malformed fixtures ----------------------------------------------------------------------------------------------
+
+
+def test_philly_malformed_rows_are_reported_by_row_and_reason():
+    trace = load_philly(DATA / "philly_malformed.csv")
+    assert trace.skipped == (
+        RowProblem(2, "duration: not a number (got 'abc')"),
+        RowProblem(3, "num_gpus: must be > 0 (got '0')"),
+        RowProblem(4, "timestamp: unparseable timestamp (got 'not-a-date')"),
+        RowProblem(5, "duration: must be >= 0 (got '-5')"),
+        RowProblem(6, "duration: missing"),
+        RowProblem(7, "expected 5 fields, got 3"),
+        RowProblem(9, "num_gpus: not a whole number (got '1.5')"),  # row 8 is a blank line
+    )
+    assert [j.source_row for j in trace.jobs] == [10, 1]  # 06:13:03 arrives before 07:01:55
+    assert trace.summary().startswith("philly_malformed.csv: kept 2 rows, skipped 7 (")
+
+
+def test_helios_fixture_skips_cpu_jobs_and_bad_rows():
+    trace = load_helios(DATA / "helios_cluster_log.csv")
+    assert [p.row for p in trace.skipped] == [2, 5, 7]
+    assert trace.skipped[0].reason == "non-GPU job (gpu_num == 0)"
+    assert [(j.job_id, j.arrival_s, j.num_gpus, j.duration_s) for j in trace.jobs] == [
+        ("1003", 0.0, 2, 600.0), ("1001", 10.0, 8, 3600.0), ("1004", 300.0, 1, 30.0), ("1006", 420.0, 16, 36000.0)]
+
+
+def test_alibaba2020_tasks_are_grouped_into_jobs():
+    trace = load_alibaba2020(DATA / "alibaba2020_task_table.csv")
+    assert [(p.row, p.reason) for p in trace.skipped] == [
+        (2, "non-GPU task (plan_gpu empty or 0)"), (6, "start_time: missing"), (7, "end_time: before start_time")]
+    jobs = {j.job_id: j for j in trace.jobs}
+    assert set(jobs) == {"j1", "j2", "j3", "j6"}
+    assert (jobs["j1"].num_gpus, jobs["j1"].duration_s, jobs["j1"].gpu_type) == (2, 3600.0, "V100-32GB")
+    assert (jobs["j3"].num_gpus, jobs["j3"].gpu_type) == (5, None)  # 4 x 100% + 1 x 50%; mixed P100/V100
+    assert (jobs["j2"].num_gpus, jobs["j2"].gpu_type) == (1, "T4")  # half a GPU rounds up to one
+    assert jobs["j1"].arrival_s == 0.0
+
+
+def test_alibaba2023_fixture_maps_gpu_specs_and_fractional_pods():
+    trace = load_alibaba2023(DATA / "alibaba2023_pods.csv")
+    assert [(p.row, p.reason) for p in trace.skipped] == [
+        (3, "non-GPU pod (num_gpu == 0)"), (5, "never scheduled (scheduled_time empty)"),
+        (6, "num_gpu: must be >= 0 (got '-1')")]
+    jobs = {j.job_id: j for j in trace.jobs}
+    assert (jobs["pod-b"].num_gpus, jobs["pod-b"].gpu_type, jobs["pod-b"].duration_s) == (1, "T4", 490.0)
+    assert jobs["pod-d"].gpu_type is None  # "V100M16|V100M32" is ambiguous
+
+
+def test_native_fixture_reports_bad_gpu_type_tokens_and_duplicates():
+    trace = load_native(DATA / "native_malformed.csv")
+    assert [(p.row, p.reason) for p in trace.skipped] == [
+        (4, "gpu_type: not in the GPU catalog (got 'K80')"),
+        (5, "tokens: must be a positive whole number (got '12.5')"),
+        (6, "job_id: duplicate id (got 'j-a')"),
+        (7, "num_gpus: not a number (got 'two')")]
+    assert [j.job_id for j in trace.jobs] == ["j-a", "j-c", "j-b"]  # tie at t=100 broken by id
+    assert (trace.jobs[1].gpu_type, trace.jobs[2].model, trace.jobs[2].tokens) == ("V100-32GB", "llama-7b", 10**9)
+
+
+def test_gavel_fixture_derives_duration_from_steps_and_throughput():
+    trace = load_gavel(DATA / "gavel_malformed.trace", throughputs={
+        "ResNet-50 (batch size 64)": {1: 4.0}, "LM (batch size 20)": {1: 10.0, 2: 25.0}, "A3C": {1: 5.0}})
+    assert [(p.row, p.reason.split(" (")[0]) for p in trace.skipped] == [
+        (3, "job_type: no Gavel throughput for it"), (4, "arrival_time: not a number"), (6, "expected 7 fields, got 4")]
+    by_row = {j.source_row: j for j in trace.jobs}
+    assert by_row[1].duration_s == 250.0  # 1000 steps at 4 steps/s
+    assert by_row[2].duration_s == 20.0  # measured 2-GPU throughput
+    assert by_row[5].duration_s == 30.0  # A3C at 2 GPUs: linear from 1 GPU, 300 / (2 * 5)
+
+
+def test_sia_fixture_reports_unknown_application():
+    trace = load_sia(DATA / "sia_malformed.csv")
+    assert [p.row for p in trace.skipped] == [2, 4, 5]
+    assert trace.skipped[1].reason.startswith("application: no typical GPU-hours known (got 'gpt_pmp')")
+
+
+@pytest.mark.parametrize("fmt", sorted(LOADERS))
+def test_wrong_header_raises_spec_error_naming_the_format(fmt):
+    with pytest.raises(SpecError, match=fmt) as err:
+        load_trace(DATA / "wrong_header.csv", fmt)
+    assert "expected" in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", sorted(LOADERS))
+def test_empty_file_raises_spec_error(fmt):
+    with pytest.raises(SpecError, match="empty"):
+        load_trace(DATA / "empty.csv", fmt)
+
+
+def test_wrong_header_message_lists_missing_columns():
+    with pytest.raises(SpecError, match="missing column\\(s\\) timestamp, duration, num_gpus"):
+        load_philly(DATA / "wrong_header.csv")
+
+
+def test_unknown_format_and_missing_file_raise_spec_error():
+    with pytest.raises(SpecError, match="unknown trace format"):
+        load_trace(DATA / "empty.csv", "slurm")
+    with pytest.raises(SpecError, match="no such trace file"):
+        load_philly(DATA / "does-not-exist.csv")
+
+
+# ---- synthetic -------------------------------------------------------------------------------------------------------
+
+
+def test_synthetic_trace_is_deterministic_by_seed():
+    a, b, c = (synthetic_trace(200, 0.7, 64, seed=s) for s in (3, 3, 4))
+    assert a == b
+    assert a.jobs != c.jobs
+
+
+@pytest.mark.parametrize("load", [0.3, 0.9, 1.5])
+def test_synthetic_trace_hits_the_target_load(load):
+    trace = synthetic_trace(500, load, 128, seed=0)
+    assert offered_load(trace, 128) == pytest.approx(load, rel=1e-6)
+    assert_ordered(trace)
+    assert max(j.num_gpus for j in trace.jobs) <= 128
+
+
+def test_synthetic_trace_respects_custom_distributions():
+    trace = synthetic_trace(300, 0.5, 8, seed=1, duration_dist=(600.0, 0.0), gpu_count_dist={2: 1, 16: 1})
+    assert {j.num_gpus for j in trace.jobs} == {2}  # 16 > cluster size is dropped
+    assert all(j.duration_s == pytest.approx(600.0) for j in trace.jobs)
+
+
+def test_synthetic_trace_rejects_bad_parameters():
+    with pytest.raises(SpecError, match="load"):
+        synthetic_trace(10, 0, 8)
+    with pytest.raises(SpecError, match="gpu_count_dist"):
+        synthetic_trace(10, 0.5, 2, gpu_count_dist={4: 1})
+
+
+def test_head_keeps_the_first_jobs_by_arrival():
+    trace = synthetic_trace(50, 0.5, 16, seed=2)
+    assert trace.head(5).jobs == trace.jobs[:5] and trace.head(5).source == trace.source
