@@ -1,0 +1,303 @@
+"""Step-time model: FLOPs per optimizer step, then compute, tensor/data/pipeline communication and bubble time.
+
+The FLOPs count follows Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", arXiv 2104.04473, Sec. 5.1 eq. 3). Their eq. 3 is, for B samples of s tokens, l layers, width h and
+vocabulary V, with full activation recomputation:
+
+    F = 96 B s l h^2 (1 + s / (6h) + V / (16 l h))
+      = 96 B s l h^2          (layer matmuls, 4 passes: forward + recomputed forward + backward = 2x forward)
+      + 16 B s^2 l h          (attention scores QK^T and context AV, 4 passes)
+      + 6 B s h V             (LM-head logits: forward + backward only, never recomputed)
+
+Without recomputation the layer and attention terms take 3 passes (x 3/4), so F = 72 B s l h^2 (1 + s/(6h)) + 6 B s h V,
+which is the familiar 6 x parameters x tokens plus the attention term 12 l h s per token. We use the model's exact
+per-layer parameter count (biases, norms, GQA, SwiGLU, top-k MoE experts) in place of 12 h^2.
+
+Time per step on N = d x t x p GPUs of one type (all terms per GPU, on the critical path, no overlap by default):
+
+    compute_s   = FLOPs / (N x peak TFLOP/s(compute dtype) x MFU)
+    tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019)
+    pp_bubble_s = (p - 1) / m x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1)
+    pp_p2p_s    = activation sends between stages (scatter/gather: 1/t of b x s x h each, Narayanan 2021 Sec. 4.1)
+    dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans
+    optimizer_s = the optimizer's memory-bound sweep over its shard of parameters, gradients and states
+
+`step_time_totals` is the same model over numpy arrays of d, t, p and micro-batch, for ranking thousands of plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from frenzy_core.gpus import GPUType
+from frenzy_core.models import ModelSpec
+from frenzy_core.training import OPTIMIZER_STATE_BYTES, Parallelism, TrainingSpec, check_parallelism
+
+# --- named constants ------------------------------------------------------------------------------------------------
+# Matmul FLOPs per parameter per token: 2 forward (multiply + add) + 4 backward (input and weight gradients).
+FLOPS_PER_PARAM_TOKEN = 6
+# Attention core per layer per token, forward only: QK^T (2 s h) + scores x V (2 s h) = 4 s h. Times 3 for fwd+bwd
+# gives Narayanan's 12 l h s per token (the s/(6h) term of eq. 3).
+ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH = 4
+# Megatron tensor parallelism: 2 all-reduces in forward (after attention, after MLP) and 2 in backward (their
+# conjugates) per layer per micro-batch (Shoeybi et al. 2019, arXiv 1909.08053, Fig. 4). Full recomputation repeats
+# the 2 forward ones (Narayanan 2021 Sec. 3.5 counts the recomputed forward as a third pass).
+TP_ALLREDUCES_PER_LAYER = 4
+TP_ALLREDUCES_PER_LAYER_RECOMPUTE = 2
+# Fraction of the data-parallel gradient all-reduce hidden behind backward compute. 0 = no overlap (conservative);
+# PyTorch DDP / Megatron overlap bucketed all-reduces with backward, so the truth lies between 0 and ~0.8.
+DP_COMM_OVERLAP = 0.0
+# ZeRO-3 (parameter sharding) adds a parameter all-gather in forward and in backward: 1.5x the all-reduce volume
+# of plain data parallelism (Rajbhandari et al. 2020, arXiv 1910.02054, Sec. 7.2.2). ZeRO-1/2 and Megatron's
+# distributed optimizer replace the all-reduce by reduce-scatter + all-gather: the same volume (1x).
+ZERO3_DP_VOLUME_FACTOR = 1.5
+BITS_PER_BYTE = 8
+
+
+# --- FLOPs ----------------------------------------------------------------------------------------------------------
+def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
+    """Model FLOPs of one optimizer step (forward + backward, plus recomputation), after Narayanan 2021 eq. 3.
+
+    per token:  6 x (layer weights + LM head)            weights: 2 forward + 4 backward FLOPs each
+              + 12 x l x h x s                           attention scores and context, forward + backward
+    recompute:  full      + 2 x layer weights + 4 l h s   (one more forward of every layer; LM head not recomputed)
+                selective + 4 l h s                       (the attention core only, Korthikanti et al. 2022)
+
+    >>> from frenzy_core.models import ZOO
+    >>> f"{training_flops_per_step(ZOO['gpt2'], TrainingSpec(seq_len=1024, global_batch=8)):.4g}"
+    '7.005e+12'
+    """
+    tokens = training.tokens_per_step()
+    layers = model.num_layers
+    active_layer = model.attention_parameters() + model.active_mlp_parameters() + 2 * model.norm_parameters()
+    layer_weights = layers * active_layer
+    head_weights = model.vocab_size * model.hidden_size
+    # Attention width: query heads x head_dim (= h); GQA shrinks K/V projections, not the score/context matmuls.
+    attn_width = model.num_heads * model.head_dim
+    attn_fwd_per_token = ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH * layers * attn_width * training.seq_len
+
+    weights_fwd_bwd = FLOPS_PER_PARAM_TOKEN * (layer_weights + head_weights)
+    attention_fwd_bwd = 3 * attn_fwd_per_token
+    if training.recompute == "full":
+        recompute = 2 * layer_weights + attn_fwd_per_token
+    elif training.recompute == "selective":
+        recompute = attn_fwd_per_token
+    else:
+        recompute = 0
+    return float(tokens) * (weights_fwd_bwd + attention_fwd_bwd + recompute)
+
+
+# --- step time ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepTime:
+    """Where one optimizer step's time goes, per GPU on the critical path. Seconds unless named otherwise."""
+
+    flops_per_step: float  # model FLOPs of the whole step over all GPUs (recomputation included)
+    micro_batches: float  # m: micro-batches per replica per step = global_batch / (d x micro_batch)
+    compute_s: float  # FLOPs / (N x peak x MFU): the step's matmul work spread evenly over all GPUs
+    tp_comm_s: float  # tensor-parallel activation all-reduces (intra-node link)
+    pp_bubble_s: float  # pipeline fill/drain: (p - 1) / m x (compute + tensor-parallel time)
+    pp_p2p_s: float  # activations / gradients sent between pipeline stages
+    dp_comm_s: float  # gradient all-reduce across replicas, after overlap with backward (DP_COMM_OVERLAP)
+    optimizer_s: float  # optimizer sweep over the local shard of weights, grads and states (memory-bound)
+    overhead_s: float  # fixed per-step framework overhead (kernel launches, data loading); 0 unless given
+    step_time_s: float  # the sum of the above: seconds per optimizer step
+    tokens_per_step: int  # global_batch x seq_len
+    num_gpus: int  # N = d x t x p
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def achieved_tflops_per_gpu(self) -> float:
+        """Model TFLOP/s each GPU delivers over the whole step (the MFU numerator, Chowdhery et al. 2022 App. B)."""
+        return self.flops_per_step / self.step_time_s / self.num_gpus / 1e12
+
+
+def _components(
+    model: ModelSpec,
+    training: TrainingSpec,
+    gpu: GPUType,
+    dp,
+    tp,
+    pp,
+    micro_batch,
+    *,
+    intra_link_gbyte_s: float | None,
+    network_gbit_s: float,
+    gpus_per_node: int,
+    mfu: float | None,
+    overhead_s: float,
+) -> dict[str, np.ndarray]:
+    """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
+    d, t, p, b = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch))
+    setup = training.precision_setup
+    eff = gpu.mfu if mfu is None else mfu
+    intra_bytes_s = (gpu.intra_link_gbyte_s if intra_link_gbyte_s is None else intra_link_gbyte_s) * 1e9
+    node_nic_bytes_s = network_gbit_s * 1e9 / BITS_PER_BYTE
+    n_gpus = d * t * p
+    s, h = training.seq_len, model.hidden_size
+
+    # Compute: the step's FLOPs spread over all N GPUs at the achievable fraction of peak.
+    flops = training_flops_per_step(model, training)
+    peak_flops_s = gpu.peak_tflops(setup.compute_dtype) * 1e12
+    compute_s = flops / (n_gpus * peak_flops_s * eff)
+
+    # Micro-batches per replica; the pipeline is filled m times per step.
+    m = training.global_batch / (d * b)
+    layers_per_stage = model.num_layers / p
+
+    # Tensor parallel: per layer and micro-batch, 4 ring all-reduces of b x s x h activations (+2 with full
+    # recomputation); a ring moves 2 (t - 1) / t of the buffer through each GPU's link. TP stays inside a node;
+    # a t larger than a node would cross the network, so it then gets a node's NIC shared by its t GPUs.
+    activation_msg_bytes = b * s * h * setup.activation_bytes
+    allreduces = TP_ALLREDUCES_PER_LAYER + (TP_ALLREDUCES_PER_LAYER_RECOMPUTE if training.recompute == "full" else 0)
+    tp_link = np.where(t <= gpus_per_node, intra_bytes_s, node_nic_bytes_s / np.minimum(t, gpus_per_node))
+    tp_comm_s = allreduces * layers_per_stage * m * 2 * (t - 1) / t * activation_msg_bytes / tp_link
+
+    # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1).
+    pp_bubble_s = (p - 1) / m * (compute_s + tp_comm_s)
+
+    # Placement model: ranks are laid out t fastest, then p, then d, filling nodes of `gpus_per_node` in order
+    # (Narayanan 2021 Sec. 3.3: tensor inside a node, pipeline and data across). A replica spans t x p GPUs.
+    spans_nodes = n_gpus > gpus_per_node
+    replica_spans_nodes = t * p > gpus_per_node
+    # One node's NIC is shared by every ring that leaves the node: one per distinct shard on it (min(t x p, node)).
+    rings_per_nic = np.minimum(t * p, gpus_per_node)
+    net_per_ring = node_nic_bytes_s / rings_per_nic
+
+    # Pipeline point-to-point: each stage sends m activations forward and m gradients backward, each b x s x h,
+    # split 1/t by Megatron's scatter/gather (Narayanan 2021 Sec. 4.1); the network when stages cross nodes.
+    p2p_link = np.where(replica_spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
+    pp_p2p_s = np.where(p > 1, 2 * m * activation_msg_bytes / t / p2p_link, 0.0)
+
+    # Data parallel: ring all-reduce of one shard's gradients, params / (t x p) x grad bytes, moving
+    # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes).
+    shard_params = model.parameter_count() / (t * p)
+    grad_shard_bytes = shard_params * setup.grad_bytes
+    volume = ZERO3_DP_VOLUME_FACTOR if training.zero_stage == 3 else 1.0
+    dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
+    dp_comm_s = (1.0 - DP_COMM_OVERLAP) * volume * 2 * (d - 1) / d * grad_shard_bytes / dp_link
+
+    # Optimizer: one sweep reading weights, grads, master copy and states and writing weights, master and states,
+    # over the local shard (sharded further by d under ZeRO >= 1 or the distributed optimizer). Memory-bound.
+    state_bytes = OPTIMIZER_STATE_BYTES[training.optimizer]
+    read_bytes = setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
+    write_bytes = setup.param_bytes + setup.master_bytes + state_bytes
+    sharded = training.zero_stage >= 1 or training.distributed_optimizer
+    opt_params = shard_params / d if sharded else shard_params
+    optimizer_s = opt_params * (read_bytes + write_bytes) / (gpu.memory_bandwidth_gbyte_s * 1e9)
+
+    total = compute_s + tp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s + overhead_s
+    return {
+        "flops": np.asarray(flops),
+        "m": m,
+        "compute_s": compute_s,
+        "tp_comm_s": tp_comm_s,
+        "pp_bubble_s": pp_bubble_s,
+        "pp_p2p_s": pp_p2p_s,
+        "dp_comm_s": dp_comm_s,
+        "optimizer_s": optimizer_s,
+        "total": total,
+        "n_gpus": n_gpus,
+    }
+
+
+def step_time(
+    model: ModelSpec,
+    training: TrainingSpec,
+    par: Parallelism,
+    gpu: GPUType,
+    *,
+    intra_link_gbyte_s: float | None = None,
+    network_gbit_s: float = 100.0,
+    gpus_per_node: int = 8,
+    mfu: float | None = None,
+    overhead_s: float = 0.0,
+) -> StepTime:
+    """Predicted seconds per optimizer step of `training` on d x t x p GPUs of one type, with its breakdown.
+
+    `intra_link_gbyte_s` defaults to the GPU type's link, `mfu` to its catalog MFU; `network_gbit_s` is one node's
+    NIC. Raises SpecError when the split does not fit the model or batch (see `check_parallelism`).
+
+    >>> from frenzy_core.gpus import CATALOG
+    >>> from frenzy_core.models import ZOO
+    >>> st = step_time(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp"),
+    ...                Parallelism(), CATALOG["A100-40GB"], mfu=0.5)
+    >>> round(st.compute_s, 4), round(st.step_time_s, 4), st.dp_comm_s
+    (0.0449, 0.0471, 0.0)
+    """
+    check_parallelism(model, training, par)
+    c = _components(
+        model,
+        training,
+        gpu,
+        par.dp,
+        par.tp,
+        par.pp,
+        training.micro_batch,
+        intra_link_gbyte_s=intra_link_gbyte_s,
+        network_gbit_s=network_gbit_s,
+        gpus_per_node=gpus_per_node,
+        mfu=mfu,
+        overhead_s=overhead_s,
+    )
+    return StepTime(
+        flops_per_step=float(c["flops"]),
+        micro_batches=float(c["m"]),
+        compute_s=float(c["compute_s"]),
+        tp_comm_s=float(c["tp_comm_s"]),
+        pp_bubble_s=float(c["pp_bubble_s"]),
+        pp_p2p_s=float(c["pp_p2p_s"]),
+        dp_comm_s=float(c["dp_comm_s"]),
+        optimizer_s=float(c["optimizer_s"]),
+        overhead_s=float(overhead_s),
+        step_time_s=float(c["total"]),
+        tokens_per_step=training.tokens_per_step(),
+        num_gpus=par.num_gpus,
+    )
+
+
+def step_time_totals(
+    model: ModelSpec,
+    training: TrainingSpec,
+    gpu: GPUType,
+    dp,
+    tp,
+    pp,
+    micro_batch,
+    *,
+    intra_link_gbyte_s: float | None = None,
+    network_gbit_s: float = 100.0,
+    gpus_per_node: int = 8,
+    mfu: float | None = None,
+    overhead_s: float = 0.0,
+) -> np.ndarray:
+    """`step_time(...).step_time_s` for arrays of d, t, p and micro-batch (broadcast together), without a loop.
+
+    `micro_batch` replaces `training.micro_batch`; splits are not validated here (filter them before ranking).
+
+    >>> from frenzy_core.gpus import CATALOG
+    >>> from frenzy_core.models import ZOO
+    >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
+    >>> step_time_totals(ZOO["gpt2"], tr, CATALOG["A100-40GB"], [1, 2], 1, 1, [8, 4], mfu=0.5).round(4)
+    array([0.0471, 0.0264])
+    """
+    c = _components(
+        model,
+        training,
+        gpu,
+        dp,
+        tp,
+        pp,
+        micro_batch,
+        intra_link_gbyte_s=intra_link_gbyte_s,
+        network_gbit_s=network_gbit_s,
+        gpus_per_node=gpus_per_node,
+        mfu=mfu,
+        overhead_s=overhead_s,
+    )
+    return np.asarray(c["total"], dtype=np.float64)
