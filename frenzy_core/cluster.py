@@ -18,6 +18,8 @@ Validation errors name the file, the node and the field.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -50,6 +52,16 @@ class Node(BaseModel):
         if self.intra_link_gbyte_s is not None and self.intra_link_gbyte_s <= 0:
             raise ValueError(f"intra_link_gbyte_s must be positive, got {self.intra_link_gbyte_s}")
         return self
+
+
+@dataclass(frozen=True)
+class TypeSummary:
+    """What the planner needs to know about one GPU type in a cluster, gathered in one pass over the nodes."""
+
+    total_gpus: int  # GPUs of this type over all nodes
+    max_gpus_per_node: int  # the largest node: bounds tensor parallelism
+    min_intra_link_gbyte_s: float  # the slowest intra-node link among its nodes
+    min_network_gbit_s: float  # the slowest network link among its nodes
 
 
 class Cluster(BaseModel):
@@ -91,6 +103,23 @@ class Cluster(BaseModel):
         """The GPU types that nodes use, in first-seen order."""
         table = self.type_table
         return [table[n] for n in dict.fromkeys(node.gpu_type for node in self.nodes)]
+
+    @cached_property
+    def type_summary(self) -> dict[str, TypeSummary]:
+        """Per GPU type present (first-seen order): totals and slowest links. Computed once per (immutable) cluster."""
+        table = self.type_table
+        acc: dict[str, list] = {}
+        for node in self.nodes:
+            intra = node.intra_link_gbyte_s or table[node.gpu_type].intra_link_gbyte_s
+            row = acc.get(node.gpu_type)
+            if row is None:
+                acc[node.gpu_type] = [node.num_gpus, node.num_gpus, intra, node.network_gbit_s]
+            else:
+                row[0] += node.num_gpus
+                row[1] = max(row[1], node.num_gpus)
+                row[2] = min(row[2], intra)
+                row[3] = min(row[3], node.network_gbit_s)
+        return {k: TypeSummary(*v) for k, v in acc.items()}
 
     def gpus_by_type(self) -> dict[str, int]:
         counts: Counter[str] = Counter()

@@ -1,8 +1,41 @@
-"""MARP's resource plans: every feasible (GPU type, d, t, p) for a job, ranked by an explicit objective."""
+"""MARP's resource plans: every feasible (GPU type, d, t, p) for a job, ranked by an explicit objective.
+
+The Frenzy paper (arXiv 2412.14479, Sec. IV-A) lists feasible plans "with priorities" but never says how it ranks
+them. We rank by a named objective (docs/ranking.md):
+
+- `time` (default): shortest time to train the token budget; ties -> fewer GPUs, then lower cost.
+- `gpu-hours`: least GPU-hours (GPUs x time); ties -> shorter time.
+- `cost`: lowest cost (GPU-hours x the catalog price of the GPU type); ties -> shorter time.
+- `gpus`: fewest GPUs; ties -> shorter time.
+
+Every objective ends with the same deterministic tie-break: GPU type name, then t, then p, then d (ascending).
+
+Enumeration (per GPU type present in the cluster): t divides the query heads and the KV heads and t <= the largest
+node of that type (tensor parallelism stays inside a node); p divides the layers; d x micro-batch x accumulation =
+global batch; d x t x p <= the GPUs of that type. For each (type, d, t, p) we keep the micro-batch with the shortest
+step (ties -> the larger micro-batch), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a
+safety margin. Memory and step time are evaluated on numpy arrays, one call per GPU type.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from frenzy_core.cluster import Cluster
+from frenzy_core.errors import SpecError
+from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
+from frenzy_core.models import ModelSpec
+from frenzy_core.perf import step_time_totals
+from frenzy_core.training import TrainingSpec
+
+OBJECTIVES = ("time", "gpu-hours", "cost", "gpus")
+DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of each GPU free: allocator fragmentation beyond the modelled overhead
+SECONDS_PER_HOUR = 3600.0
+GIB = float(1 << 30)
 
 
 @dataclass(frozen=True)
@@ -27,3 +60,216 @@ class Plan:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def label(self) -> str:
+        return f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp} ({self.num_gpus} GPUs)"
+
+
+_PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
+_INT_FIELDS = {"dp", "tp", "pp", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
+               "gpu_memory_bytes"}
+
+
+@dataclass(frozen=True, eq=False)
+class PlanSet:
+    """The ranked feasible plans of one job on one cluster, plus the whole grid for heatmaps.
+
+    `plans` is best first. When it is empty, `explanation` says why (the smallest per-GPU memory any split reaches
+    against the largest GPU in the cluster).
+    """
+
+    objective: str
+    columns: dict[str, np.ndarray]  # feasible plans, ranked, one array per Plan field
+    grid_columns: dict[str, np.ndarray]  # every (gpu_type, d, t, p) enumerated, feasible or not (see `grid`)
+    explanation: str | None = None  # why there is no plan (None when there are plans)
+    min_memory_bytes: int = 0  # smallest per-GPU memory of any enumerated split
+    largest_gpu: str = ""  # the GPU type with the most memory in the cluster
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.columns["dp"])
+
+    def plan(self, i: int) -> Plan:
+        return Plan(**{k: (int(v[i]) if k in _INT_FIELDS else (str(v[i]) if k == "gpu_type" else float(v[i])))
+                       for k, v in self.columns.items()})
+
+    def top(self, k: int) -> list[Plan]:
+        return [self.plan(i) for i in range(min(k, len(self)))]
+
+    @cached_property
+    def grid(self) -> pd.DataFrame:
+        """Every (gpu_type, d, t, p) enumerated, feasible or not, with memory and headroom (for heatmaps)."""
+        return pd.DataFrame(self.grid_columns)
+
+    @cached_property
+    def plans(self) -> tuple[Plan, ...]:
+        return tuple(self.plan(i) for i in range(len(self)))
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns)
+
+    @property
+    def why_top(self) -> str | None:
+        """One sentence on why the first plan wins under the objective."""
+        if not len(self):
+            return None
+        best = self.plan(0)
+        tail = (f"{best.memory_bytes / GIB:.1f} GiB per GPU of {best.gpu_memory_bytes / GIB:.0f} GiB, "
+                f"{best.time_to_train_s / 86400:.2f} days, {best.gpu_hours:,.0f} GPU-hours, ${best.cost_usd:,.0f}")
+        if len(self) == 1:
+            return f"{best.label()} is the only feasible plan: {tail}."
+        runner = self.plan(1)
+        what = {
+            "time": ("trains fastest", runner.time_to_train_s / 86400, best.time_to_train_s / 86400, "days"),
+            "gpu-hours": ("uses the fewest GPU-hours", runner.gpu_hours, best.gpu_hours, "GPU-hours"),
+            "cost": ("is the cheapest", runner.cost_usd, best.cost_usd, "$"),
+            "gpus": ("needs the fewest GPUs", runner.num_gpus, best.num_gpus, "GPUs"),
+        }[self.objective]
+        verb, r_val, b_val, unit = what
+        return (f"{best.label()} {verb} ({b_val:,.2f} {unit} vs {r_val:,.2f} for the runner-up, {runner.label()}); "
+                f"{tail}.")
+
+
+def _divisors(n: int) -> np.ndarray:
+    return np.array([d for d in range(1, n + 1) if n % d == 0], dtype=np.int64)
+
+
+def _sort_keys(objective: str, cols: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """np.lexsort keys, least significant first; the last key is the primary one."""
+    tie = [cols["dp"], cols["pp"], cols["tp"], cols["type_rank"]]
+    primary = {
+        "time": [cols["cost_usd"], cols["num_gpus"], cols["time_to_train_s"]],
+        "gpu-hours": [cols["num_gpus"], cols["time_to_train_s"], cols["gpu_hours"]],
+        "cost": [cols["num_gpus"], cols["time_to_train_s"], cols["cost_usd"]],
+        "gpus": [cols["cost_usd"], cols["time_to_train_s"], cols["num_gpus"]],
+    }[objective]
+    return tie + primary
+
+
+def rank_plans(
+    model: ModelSpec,
+    training: TrainingSpec,
+    cluster: Cluster,
+    *,
+    objective: str = "time",
+    tokens: float = 1e10,
+    method: str = "detailed",
+    safety_margin: float = DEFAULT_SAFETY_MARGIN,
+    overhead: OverheadSpec = DEFAULT_OVERHEAD,
+    gpu_types: list[str] | None = None,
+) -> PlanSet:
+    """Enumerate every (GPU type, d, t, p) of `cluster` for this job, keep those that fit, rank by `objective`.
+
+    >>> from frenzy_core.models import ZOO; from frenzy_core.training import TrainingSpec
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> c = parse_cluster_yaml("nodes: [{name: n, gpu_type: A100-80GB, num_gpus: 8}]")
+    >>> best = rank_plans(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=64, micro_batch=8), c).plans[0]
+    >>> (best.gpu_type, best.num_gpus <= 8)
+    ('A100-80GB', True)
+    """
+    if objective not in OBJECTIVES:
+        raise SpecError("objective", f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}")
+    if not 0.0 <= safety_margin < 1.0:
+        raise SpecError("safety_margin", f"must be in [0, 1), got {safety_margin}")
+    if not tokens > 0:
+        raise SpecError("tokens", f"the token budget must be positive, got {tokens}")
+
+    table = cluster.type_table
+    summary = cluster.type_summary
+    names = [n for n in summary if gpu_types is None or n in gpu_types]
+    if not names:
+        raise SpecError("gpu_types", f"none of {gpu_types} is in cluster {cluster.name!r}; it has {', '.join(summary)}")
+    by_type = {n: summary[n].total_gpus for n in names}
+
+    B = training.global_batch
+    heads_gcd = int(np.gcd(model.num_heads, model.kv_heads))
+    max_total = max(by_type[n] for n in names)
+    max_node = max(summary[n].max_gpus_per_node for n in names)
+
+    # The candidate grid shared by every GPU type: (d, b) with d x b dividing B, t dividing the heads, p the layers.
+    d_all = _divisors(B)
+    pairs = [(d, b) for d in d_all if d <= max_total for b in _divisors(B // int(d))]
+    t_all = _divisors(heads_gcd)
+    t_all = t_all[t_all <= max_node]
+    p_all = _divisors(model.num_layers)
+    p_all = p_all[p_all <= max_total]
+    db = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    T, P, K = np.meshgrid(t_all, p_all, np.arange(len(db)), indexing="ij")
+    t_g, p_g = T.ravel(), P.ravel()
+    d_g, b_g = db[K.ravel(), 0], db[K.ravel(), 1]
+    n_g = d_g * t_g * p_g
+    keep = n_g <= max_total
+    t_g, p_g, d_g, b_g, n_g = t_g[keep], p_g[keep], d_g[keep], b_g[keep], n_g[keep]
+
+    # Memory does not depend on the GPU type: one vectorised call for the whole grid.
+    mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead),
+                       dtype=np.float64)
+    min_memory = float(mem_g.min()) if len(mem_g) else 0.0
+
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in (*_PLAN_FIELDS, "type_rank")}
+    grid_parts: list[dict[str, np.ndarray]] = []
+    tokens_per_step = float(training.tokens_per_step())
+    for rank, name in enumerate(sorted(names)):
+        gpu = table[name]
+        per_node = summary[name].max_gpus_per_node
+        intra_gbyte_s, network_gbit_s = summary[name].min_intra_link_gbyte_s, summary[name].min_network_gbit_s
+        sel = (n_g <= by_type[name]) & (t_g <= per_node)
+        if not sel.any():
+            continue
+        d, t, p, b, n, mem = d_g[sel], t_g[sel], p_g[sel], b_g[sel], n_g[sel], mem_g[sel]
+        step = np.asarray(step_time_totals(
+            model, training, gpu, d, t, p, b,
+            intra_link_gbyte_s=intra_gbyte_s,
+            network_gbit_s=network_gbit_s,
+            gpus_per_node=per_node,
+        ), dtype=np.float64)
+        usable = gpu.memory_bytes * (1.0 - safety_margin)
+        fits = mem <= usable
+        # One row per (d, t, p): the fitting micro-batch with the shortest step (ties -> larger micro-batch);
+        # when none fits, the smallest-memory one (for the heatmap).
+        order = np.lexsort((-b, np.where(fits, step, mem), ~fits, p, t, d))
+        first = np.ones(len(order), dtype=bool)
+        key = np.stack([d[order], t[order], p[order]], axis=1)
+        first[1:] = np.any(key[1:] != key[:-1], axis=1)
+        pick = order[first]
+        grid_parts.append({
+            "gpu_type": np.full(len(pick), name, dtype=object), "dp": d[pick], "tp": t[pick], "pp": p[pick],
+            "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
+            "usable_bytes": np.full(len(pick), usable), "headroom_bytes": usable - mem[pick],
+            "feasible": fits[pick], "step_time_s": step[pick],
+        })
+        ok = pick[fits[pick]]
+        if not len(ok):
+            continue
+        st = step[ok]
+        tps = tokens_per_step / st
+        ttt = tokens / tps
+        gh = n[ok] * ttt / SECONDS_PER_HOUR
+        m = len(ok)
+        for k, v in {
+            "gpu_type": np.full(m, name, dtype=object), "dp": d[ok], "tp": t[ok], "pp": p[ok], "num_gpus": n[ok],
+            "micro_batch": b[ok], "grad_accum": B // (b[ok] * d[ok]), "memory_bytes": np.ceil(mem[ok]),
+            "headroom_bytes": np.floor(usable - mem[ok]), "gpu_memory_bytes": np.full(m, gpu.memory_bytes),
+            "step_time_s": st, "tokens_per_s": tps, "time_to_train_s": ttt, "gpu_hours": gh,
+            "cost_usd": gh * gpu.price_per_hour_usd, "type_rank": np.full(m, rank),
+        }.items():
+            cols[k].append(v)
+
+    largest = max(names, key=lambda x: (table[x].memory_bytes, x))
+    grid = ({k: np.concatenate([g[k] for g in grid_parts]) for k in grid_parts[0]} if grid_parts else {})
+    if not cols["dp"]:
+        gpu = table[largest]
+        usable = gpu.memory_bytes * (1.0 - safety_margin)
+        explanation = (
+            f"No plan fits: the smallest per-GPU memory any split of {model.name} reaches on this cluster is "
+            f"{min_memory / GIB:.1f} GiB, but the largest GPU, {largest}, offers {gpu.memory_bytes / GIB:.0f} GiB "
+            f"({usable / GIB:.1f} GiB after the {safety_margin:.0%} safety margin). Add larger or more GPUs, "
+            f"shorten the sequence, lower the micro-batch, or enable recomputation / ZeRO."
+        )
+        empty = {k: np.array([], dtype=object if k == "gpu_type" else float) for k in _PLAN_FIELDS}
+        return PlanSet(objective, empty, grid, explanation, int(min_memory), largest)
+
+    merged = {k: np.concatenate(v) for k, v in cols.items()}
+    order = np.lexsort(_sort_keys(objective, merged))
+    ranked = {k: merged[k][order] for k in _PLAN_FIELDS}
+    return PlanSet(objective, ranked, grid, None, int(min_memory), largest)

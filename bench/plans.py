@@ -1,0 +1,62 @@
+"""Benchmark: enumerate and rank every plan for one model across every catalog GPU type, up to 1,024 GPUs each.
+
+Target (issue 3): under 20 ms. Prints the timing per model and, on the last line, a JSON object with `plans_ms`
+(the median over repeats for the headline model, llama-3.1-8b, global batch 1,024) and the number of plans.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from frenzy_core.cluster import Cluster, Node  # noqa: E402
+from frenzy_core.gpus import CATALOG  # noqa: E402
+from frenzy_core.models import ZOO  # noqa: E402
+from frenzy_core.plans import rank_plans  # noqa: E402
+from frenzy_core.training import TrainingSpec  # noqa: E402
+
+GPUS_PER_TYPE = 1024
+NODE_SIZE = 8
+REPEATS = 30
+
+
+def catalog_cluster() -> Cluster:
+    nodes = [Node(name=f"{g}-{i}", gpu_type=g, num_gpus=NODE_SIZE) for g in CATALOG
+             for i in range(GPUS_PER_TYPE // NODE_SIZE)]
+    return Cluster(name="every-catalog-type-1024", nodes=tuple(nodes))
+
+
+def time_model(name: str, training: TrainingSpec, cluster: Cluster) -> tuple[float, int, int]:
+    model = ZOO[name]
+    rank_plans(model, training, cluster)  # warm-up
+    samples = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        result = rank_plans(model, training, cluster)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3, len(result), len(result.grid)
+
+
+def main() -> None:
+    cluster = catalog_cluster()
+    training = TrainingSpec(seq_len=4096, global_batch=1024, micro_batch=1, precision="bf16-master")
+    print(f"cluster: {len(CATALOG)} GPU types x {GPUS_PER_TYPE} GPUs ({cluster.total_gpus} GPUs)")
+    print(f"{'model':16} {'median ms':>10} {'feasible':>9} {'enumerated':>11}")
+    results = {}
+    for name in ("gpt2", "llama-3.1-8b", "llama-2-70b", "qwen2.5-72b"):
+        ms, feasible, grid = time_model(name, training, cluster)
+        results[name] = (ms, feasible, grid)
+        print(f"{name:16} {ms:>10.2f} {feasible:>9} {grid:>11}")
+    ms, feasible, grid = results["llama-3.1-8b"]
+    print(json.dumps({"plans_ms": round(ms, 3), "plans_feasible": feasible, "plans_enumerated": grid,
+                      "max_plans_ms_over_models": round(max(r[0] for r in results.values()), 3),
+                      "gpu_types": len(CATALOG), "gpus_per_type": GPUS_PER_TYPE}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The `frenzy` command line: JSON outputs carry the documented keys; bad input exits 2 with one line."""
+
+import json
+
+import pytest
+
+from frenzy_core.cli import main
+from frenzy_core.models import ZOO
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_models_json_lists_zoo_with_exact_counts(capsys):
+    code, out, _ = run(capsys, "models", "--json")
+    rows = {r["name"]: r["parameters"] for r in json.loads(out)}
+    assert code == 0 and rows["llama-2-7b"] == 6_738_415_616 and set(rows) == set(ZOO)
+
+
+def test_gpus_table(capsys):
+    code, out, _ = run(capsys, "gpus")
+    assert code == 0 and "H100-80GB" in out and "MI300X" in out
+
+
+def test_memory_json_keys(capsys):
+    code, out, _ = run(capsys, "memory", "--model", "gpt2", "--seq-len", "1024", "--micro-batch", "4", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["parameters"] == 124_439_808
+    assert isinstance(data["total_bytes"], int) and data["total_bytes"] > 124_439_808 * 16
+    assert sum(data["breakdown"].values()) == data["total_bytes"]
+
+
+def test_memory_paper_method_by_hand(capsys):
+    code, out, _ = run(capsys, "memory", "--model", "gpt2", "--seq-len", "1024", "--micro-batch", "8",
+                       "--method", "paper", "--json")
+    W = 50257 * 768 + 12 * (12 * 768**2 + 13 * 768)
+    act = 1024 * 8 * 768 * 12 * (10 + 24 + 5 * 12 * 1024 / 768)
+    assert code == 0 and json.loads(out)["total_bytes"] == pytest.approx(20 * W + act, abs=2)
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["memory", "--model", "gpt5"], "model"),
+        (["memory", "--model", "gpt2", "--micro-batch", "-2"], "micro_batch"),
+        (["memory", "--model", "gpt2", "--tp", "5"], "tp"),
+        (["memory", "--config", "/nonexistent/config.json"], "config"),
+        (["plans", "--model", "gpt2", "--cluster", "/nonexistent.yaml", "--global-batch", "8"], "cluster"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, field):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and field in err and "Traceback" not in err
+
+
+def test_plans_json_rank_order(capsys):
+    code, out, _ = run(capsys, "plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml",
+                       "--global-batch", "32", "--micro-batch", "4", "--objective", "gpus", "--top", "5", "--json")
+    rows = json.loads(out)
+    assert code == 0 and 0 < len(rows) <= 5
+    for key in ("gpu_type", "dp", "tp", "pp", "num_gpus", "memory_bytes", "step_time_s", "time_to_train_s",
+                "gpu_hours", "cost"):
+        assert key in rows[0]
+    assert [r["num_gpus"] for r in rows] == sorted(r["num_gpus"] for r in rows)

@@ -1,0 +1,230 @@
+"""frenzy_core.memory: the paper's formula by hand, ZeRO's published figures, invariants, the traced fixture."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from frenzy_core.errors import SpecError
+from frenzy_core.memory import (
+    DEFAULT_OVERHEAD,
+    NO_OVERHEAD,
+    OverheadSpec,
+    model_state_bytes,
+    predict_memory,
+    predict_memory_totals,
+)
+from frenzy_core.models import ZOO, ModelSpec
+from frenzy_core.training import OPTIMIZER_STATE_BYTES, Parallelism, PrecisionSetup, TrainingSpec
+
+FIXTURE = Path(__file__).resolve().parents[1] / "bench" / "data" / "memory_traced.json"
+GPT2 = ZOO["gpt2"]
+
+
+# --- method="paper" (arXiv 2412.14479 Sec. IV-A), worked by hand ------------------------------------------------------
+def _gpt2_paper_by_hand(d: int, t: int) -> int:
+    V, h, layers, a, s, B = 50257, 768, 12, 12, 1024, 8
+    W = V * h + layers * (12 * h * h + 13 * h)  # 38,597,376 + 12 x 7,087,872 = 123,651,840
+    assert W == 123_651_840
+    static = 20 * W / t
+    activations = s * B * h * layers * (10 / d + 24 / (d * t) + 5 * a * s / (d * h * t))
+    return round(static + activations)
+
+
+def test_paper_gpt2_single_gpu_matches_hand_computation():
+    # static 20 x 123,651,840 = 2,473,036,800; activations 75,497,472 x (10 + 24 + 80) = 8,606,711,808
+    training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8)
+    got = predict_memory(GPT2, training, method="paper", overhead=NO_OVERHEAD)
+    assert got.total_bytes == 2_473_036_800 + 8_606_711_808 == _gpt2_paper_by_hand(1, 1)
+    assert got.peak_phase == "static+activations"
+
+
+def test_paper_gpt2_d2_t2_matches_hand_computation():
+    # static 2,473,036,800 / 2 = 1,236,518,400; activations 75,497,472 x (5 + 6 + 20) = 2,340,421,632
+    training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=2)
+    got = predict_memory(GPT2, training, Parallelism(dp=2, tp=2), method="paper", overhead=NO_OVERHEAD)
+    assert got.total_bytes == 1_236_518_400 + 2_340_421_632 == _gpt2_paper_by_hand(2, 2)
+
+
+def test_paper_ignores_pipeline_precision_and_micro_batch():
+    base = predict_memory(GPT2, TrainingSpec(seq_len=1024, global_batch=8), method="paper").total_bytes
+    other = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=4, precision="amp", attention="eager")
+    assert predict_memory(GPT2, other, Parallelism(pp=2), method="paper").total_bytes == base
+
+
+# --- ZeRO (arXiv 1910.02054) Figure 1 -----------------------------------------------------------------------------
+MIXED_FP16 = PrecisionSetup("fp16-zero-paper", 2, 2, 4, 0, 2, 2, "fp16")  # 2 + 2 + K, K = 4 master + 8 Adam = 12
+
+
+@pytest.mark.parametrize(
+    "stage, expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)], ids=["baseline", "P_os", "P_os+g", "P_os+g+p"]
+)
+def test_zero_model_states_match_the_zero_paper_figure_1(stage, expected_gb):
+    psi, nd = 7.5e9, 64
+    parts = model_state_bytes(psi, MIXED_FP16, OPTIMIZER_STATE_BYTES["adamw"], stage, nd)
+    assert round(float(sum(parts)) / 1e9, 1) == expected_gb
+
+
+# --- invariants ----------------------------------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+SETUPS = [
+    TrainingSpec(seq_len=1024, global_batch=64, precision="bf16-master", attention="flash"),
+    TrainingSpec(seq_len=2048, global_batch=64, precision="amp", attention="eager", dropout=0.1),
+    TrainingSpec(seq_len=1024, global_batch=64, zero_stage=2, recompute="selective", sequence_parallel=True),
+    TrainingSpec(seq_len=2048, global_batch=64, distributed_optimizer=True, recompute="full"),
+]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-2-7b", "llama-3.1-8b"])
+@pytest.mark.parametrize("training", SETUPS, ids=["bf16-flash", "amp-eager-dropout", "zero2-sp", "distopt-full"])
+def test_more_tensor_or_pipeline_parallelism_never_increases_per_gpu_memory(name, training):
+    model = ZOO[name]
+    tps = [t for t in (1, 2, 4, 8) if model.num_heads % t == 0 and model.kv_heads % t == 0]
+    pps = [p for p in _divisors(model.num_layers) if p <= 8]
+    for tp, pp in itertools.product(tps, pps):
+        here = predict_memory(model, training, Parallelism(dp=2, tp=tp, pp=pp), overhead=NO_OVERHEAD).total_bytes
+        for more_t in (t for t in tps if t > tp):
+            assert predict_memory(model, training, Parallelism(2, more_t, pp), overhead=NO_OVERHEAD).total_bytes <= here
+        for more_p in (p for p in pps if p > pp):
+            assert predict_memory(model, training, Parallelism(2, tp, more_p), overhead=NO_OVERHEAD).total_bytes <= here
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-3.1-8b"])
+@pytest.mark.parametrize("training", [SETUPS[0], SETUPS[2], SETUPS[3]], ids=["bf16-flash", "zero2-sp", "distopt-full"])
+def test_larger_micro_batch_never_decreases_per_gpu_memory(name, training):
+    model = ZOO[name]
+    for tp, pp in ((1, 1), (2, 4)):
+        totals = predict_memory_totals(model, training, 2, tp, pp, np.array([1, 2, 4, 8, 16, 32]))
+        assert np.all(np.diff(totals) >= 0)
+
+
+def test_amp_without_accumulation_has_no_gradients_at_backward_start():
+    # set_to_none=True: the first micro-batch's backward starts with no .grad; a second micro-batch finds them all
+    one = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
+    two = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=8, precision="amp")
+    assert predict_memory(GPT2, one, overhead=NO_OVERHEAD).gradients_bytes == 0
+    assert predict_memory(GPT2, two, overhead=NO_OVERHEAD).gradients_bytes == 4 * GPT2.parameter_count()
+
+
+def test_single_gpu_weights_are_the_exact_parameter_count():
+    for name in ("gpt2", "llama-3.1-8b", "qwen2.5-7b"):
+        amp = TrainingSpec(seq_len=512, global_batch=1, precision="amp")
+        got = predict_memory(ZOO[name], amp, overhead=NO_OVERHEAD)
+        assert got.weights_bytes == 4 * ZOO[name].parameter_count()
+
+
+def test_peak_is_the_larger_phase_not_the_sum():
+    small = TrainingSpec(seq_len=512, global_batch=1, precision="amp")  # tiny activations: the optimizer step wins
+    got = predict_memory(GPT2, small, overhead=NO_OVERHEAD)
+    assert got.peak_phase == "optimizer-step" and got.activations_bytes == 0
+    assert got.total_bytes == 20 * GPT2.parameter_count()  # 4 param + 4 grad + 8 Adam + 4 foreach temporary
+
+
+def test_zero_and_distributed_optimizer_shrink_with_data_parallelism():
+    for training in (TrainingSpec(zero_stage=1), TrainingSpec(zero_stage=3), TrainingSpec(distributed_optimizer=True)):
+        totals = predict_memory_totals(ZOO["llama-2-7b"], training, np.array([1, 2, 4, 8]), 1, 1, 1)
+        assert np.all(np.diff(totals) < 0)
+
+
+def test_components_sum_to_total_and_overhead_is_added():
+    training = TrainingSpec(seq_len=2048, global_batch=64, micro_batch=2)
+    bare = predict_memory(ZOO["llama-2-7b"], training, Parallelism(4, 2, 2), overhead=NO_OVERHEAD)
+    full = predict_memory(ZOO["llama-2-7b"], training, Parallelism(4, 2, 2))
+    for got in (bare, full):
+        assert sum(got.components().values()) == got.total_bytes
+    fixed = DEFAULT_OVERHEAD.cuda_context_bytes + DEFAULT_OVERHEAD.workspace_bytes + DEFAULT_OVERHEAD.nccl_buffer_bytes
+    assert full.overhead_bytes == round(fixed + DEFAULT_OVERHEAD.fragmentation_fraction * bare.total_bytes)
+
+
+def test_nccl_buffers_only_count_with_more_than_one_gpu():
+    only_nccl = OverheadSpec(cuda_context_bytes=0, nccl_buffer_bytes=1000, workspace_bytes=0, fragmentation_fraction=0)
+    training = TrainingSpec(global_batch=8)
+    assert predict_memory(GPT2, training, overhead=only_nccl).overhead_bytes == 0
+    assert predict_memory(GPT2, training, Parallelism(dp=2), overhead=only_nccl).overhead_bytes == 1000
+
+
+def test_moe_counts_all_experts_weights():
+    mixtral = ZOO["mixtral-8x7b"]
+    got = predict_memory(mixtral, TrainingSpec(seq_len=1024, global_batch=8), Parallelism(tp=8), overhead=NO_OVERHEAD)
+    assert got.weights_bytes > 2 * mixtral.parameter_count() / 8  # bf16, split over t=8 (norms replicated)
+
+
+# --- vectorised == scalar ------------------------------------------------------------------------------------------
+VECTOR_SETUPS = SETUPS + [
+    TrainingSpec(seq_len=512, global_batch=32, precision="amp", optimizer="adamw-fused", zero_stage=3),
+    TrainingSpec(seq_len=4096, global_batch=32, precision="fp32", optimizer="sgd", attention="eager"),
+]
+
+
+@pytest.mark.parametrize("method", ["detailed", "paper"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-2-70b", "mixtral-8x7b"])
+def test_vectorised_totals_equal_scalar_predictions(method, name):
+    model = ZOO[name]
+    for training in VECTOR_SETUPS:
+        plans = [
+            (d, t, p, b)
+            for d, t, p, b in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2, 4), (1, 2, 4))
+            if model.num_heads % t == 0 and model.kv_heads % t == 0 and model.num_layers % p == 0
+            and training.global_batch % (d * b) == 0
+        ]
+        dp, tp, pp, mb = (np.array(col) for col in zip(*plans, strict=True))
+        vector = predict_memory_totals(model, training, dp, tp, pp, mb, method=method)
+        scalar = [
+            predict_memory(model, training.model_copy(update={"micro_batch": b}), Parallelism(d, t, p), method).total_bytes
+            for d, t, p, b in plans
+        ]
+        assert vector.tolist() == scalar
+
+
+def test_vectorised_totals_are_fast():
+    grid = np.meshgrid(
+        [1, 2, 4, 8, 16, 32, 64, 128], [1, 2, 4, 8], [1, 2, 4, 5, 8, 10, 16, 20, 40, 80], [1, 2, 4, 8, 16, 32, 64],
+        indexing="ij",
+    )
+    dp, tp, pp, mb = (g.ravel() for g in grid)
+    model, training = ZOO["llama-2-70b"], TrainingSpec(global_batch=1024)
+    predict_memory_totals(model, training, dp, tp, pp, mb)  # warm up
+    start = time.perf_counter()
+    totals = predict_memory_totals(model, training, dp, tp, pp, mb)
+    assert totals.shape == (dp.size,) and dp.size >= 2000
+    assert time.perf_counter() - start < 0.1  # the planner's budget is 20 ms; leave room for a loaded CI machine
+
+
+# --- accuracy against the traced fixture (bench/memory_accuracy.py --retrace rewrites it) ---------------------------
+def test_detailed_method_meets_its_targets_on_the_traced_fixture():
+    fixture = json.loads(FIXTURE.read_text())
+    errors = []
+    for entry in fixture["configs"]:
+        model, training = ModelSpec(**entry["model"]), TrainingSpec(**entry["training"])
+        predicted = predict_memory(model, training, overhead=NO_OVERHEAD).total_bytes
+        errors.append(predicted / entry["peak_bytes"] - 1)
+    assert len(errors) >= 24
+    assert statistics.median(abs(e) for e in errors) <= 0.03
+    assert min(errors) >= -0.05
+
+
+# --- bad input -----------------------------------------------------------------------------------------------------
+def test_unknown_method_is_a_spec_error_naming_method():
+    with pytest.raises(SpecError) as err:
+        predict_memory(GPT2, TrainingSpec(), method="guess")
+    assert err.value.field == "method"
+    with pytest.raises(SpecError):
+        predict_memory_totals(GPT2, TrainingSpec(), 1, 1, 1, 1, method="guess")
+
+
+@pytest.mark.parametrize(
+    "par, field", [(Parallelism(tp=5), "tp"), (Parallelism(pp=5), "pp"), (Parallelism(dp=3), "global_batch")]
+)
+def test_invalid_split_is_a_spec_error_naming_the_field(par, field):
+    with pytest.raises(SpecError) as err:
+        predict_memory(GPT2, TrainingSpec(global_batch=64), par)
+    assert err.value.field == field

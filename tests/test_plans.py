@@ -1,0 +1,133 @@
+"""MARP plans: fit, completeness against brute force, documented ordering, infeasibility explained."""
+
+import itertools
+
+import pytest
+
+from frenzy_core.cluster import parse_cluster_yaml
+from frenzy_core.errors import SpecError
+from frenzy_core.memory import predict_memory
+from frenzy_core.models import ZOO, ModelSpec
+from frenzy_core.plans import OBJECTIVES, rank_plans
+from frenzy_core.training import Parallelism, TrainingSpec
+
+SMALL = parse_cluster_yaml(
+    """
+name: small
+nodes:
+  - {name: a, gpu_type: A100-40GB, num_gpus: 4, count: 2}
+  - {name: t, gpu_type: T4, num_gpus: 2, count: 2}
+""",
+    source="small.yaml",
+)
+MODEL = ZOO["gpt2-large"]  # 774M: fits some splits on T4 and A100-40GB, not all
+TRAIN = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=1, precision="amp", attention="flash")
+
+
+def _brute_force(model, training, cluster, margin=0.10):
+    """Every (gpu_type, d, t, p) for which some micro-batch fits: loops, scalar memory calls, no numpy."""
+    feasible = set()
+    for gpu_name, total in cluster.gpus_by_type().items():
+        cap = cluster.gpu(gpu_name).memory_bytes * (1 - margin)
+        per_node = cluster.max_gpus_per_node(gpu_name)
+        for d, t, p in itertools.product(range(1, total + 1), repeat=3):
+            if d * t * p > total or t > per_node:
+                continue
+            if model.num_heads % t or model.kv_heads % t or model.num_layers % p:
+                continue
+            if training.global_batch % d:
+                continue
+            for b in range(1, training.global_batch // d + 1):
+                if (training.global_batch // d) % b:
+                    continue
+                tr = training.model_copy(update={"micro_batch": b})
+                if predict_memory(model, tr, Parallelism(d, t, p)).total_bytes <= cap:
+                    feasible.add((gpu_name, d, t, p))
+                    break
+    return feasible
+
+
+def test_no_feasible_plan_missed_or_invented():
+    got = {(p.gpu_type, p.dp, p.tp, p.pp) for p in rank_plans(MODEL, TRAIN, SMALL).plans}
+    assert got == _brute_force(MODEL, TRAIN, SMALL)
+    assert got, "the example must have plans"
+
+
+def test_every_plan_fits_memory_and_cluster():
+    result = rank_plans(MODEL, TRAIN, SMALL)
+    by_type = SMALL.gpus_by_type()
+    for p in result.plans:
+        gpu = SMALL.gpu(p.gpu_type)
+        assert p.memory_bytes <= gpu.memory_bytes * 0.9 and p.headroom_bytes >= 0
+        assert p.num_gpus == p.dp * p.tp * p.pp <= by_type[p.gpu_type]
+        assert p.tp <= SMALL.max_gpus_per_node(p.gpu_type)
+        assert p.dp * p.micro_batch * p.grad_accum == TRAIN.global_batch
+        # the memory recorded is what the scalar predictor says for that split
+        tr = TRAIN.model_copy(update={"micro_batch": p.micro_batch})
+        assert abs(p.memory_bytes - predict_memory(MODEL, tr, Parallelism(p.dp, p.tp, p.pp)).total_bytes) <= 1
+
+
+def test_derived_columns_consistent():
+    p = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9).plans[0]
+    assert p.tokens_per_s == pytest.approx(16 * 1024 / p.step_time_s)
+    assert p.time_to_train_s == pytest.approx(1e9 / p.tokens_per_s)
+    assert p.gpu_hours == pytest.approx(p.num_gpus * p.time_to_train_s / 3600)
+    assert p.cost_usd == pytest.approx(p.gpu_hours * SMALL.gpu(p.gpu_type).price_per_hour_usd)
+
+
+_KEYS = {
+    "time": lambda p: (p.time_to_train_s, p.num_gpus, p.cost_usd),
+    "gpu-hours": lambda p: (p.gpu_hours, p.time_to_train_s, p.num_gpus),
+    "cost": lambda p: (p.cost_usd, p.time_to_train_s, p.num_gpus),
+    "gpus": lambda p: (p.num_gpus, p.time_to_train_s, p.cost_usd),
+}
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_objective_orders_as_documented(objective):
+    plans = rank_plans(MODEL, TRAIN, SMALL, objective=objective).plans
+    keys = [_KEYS[objective](p) + (p.gpu_type, p.tp, p.pp, p.dp) for p in plans]
+    assert keys == sorted(keys)
+
+
+def test_objectives_disagree_on_the_winner():
+    # fastest uses many GPUs; fewest-GPUs uses one: the objective really changes the answer
+    fastest = rank_plans(MODEL, TRAIN, SMALL, objective="time").plans[0]
+    fewest = rank_plans(MODEL, TRAIN, SMALL, objective="gpus").plans[0]
+    assert fewest.num_gpus == 1 < fastest.num_gpus
+
+
+def test_ranking_is_deterministic():
+    a = rank_plans(MODEL, TRAIN, SMALL).plans
+    b = rank_plans(MODEL, TRAIN, SMALL).plans
+    assert a == b
+
+
+def test_why_top_names_the_winner():
+    result = rank_plans(MODEL, TRAIN, SMALL, objective="cost")
+    assert result.plans[0].gpu_type in result.why_top and "cheapest" in result.why_top
+
+
+def test_infeasible_job_is_explained():
+    huge = ModelSpec(name="huge", vocab_size=50000, hidden_size=12288, num_layers=96, num_heads=96)  # ~175B
+    result = rank_plans(huge, TrainingSpec(seq_len=2048, global_batch=8), SMALL)
+    assert result.plans == ()
+    assert "A100-40GB" in result.explanation and "GiB" in result.explanation
+    # the smallest memory reported is really the smallest over the grid, and it exceeds the largest GPU
+    assert result.min_memory_bytes == pytest.approx(result.grid["memory_bytes"].min(), rel=1e-9)
+    assert result.min_memory_bytes > SMALL.gpu("A100-40GB").memory_bytes * 0.9
+
+
+def test_paper_method_available():
+    paper = rank_plans(MODEL, TRAIN, SMALL, method="paper")
+    assert len(paper.plans) > 0
+
+
+def test_bad_objective_named():
+    with pytest.raises(SpecError, match="objective"):
+        rank_plans(MODEL, TRAIN, SMALL, objective="speed")
+
+
+def test_tensor_parallel_stays_in_node():
+    plans = rank_plans(ZOO["gpt2-7b-paper"], TrainingSpec(seq_len=2048, global_batch=32), SMALL).plans
+    assert all(p.tp <= (4 if p.gpu_type == "A100-40GB" else 2) for p in plans)
