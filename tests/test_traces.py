@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import time
 from pathlib import Path
 
 import pytest
@@ -53,14 +52,12 @@ def assert_ordered(trace: Trace) -> None:
 
 
 @needs_shared
-def test_full_philly_loads_every_row_fast():
+def test_full_philly_loads_every_row():
+    # load time is a benchmark figure (bench/sim_throughput.py), not a test assertion
     path = SHARED / "sia-sosp23" / "traces" / "philly.csv"
-    start = time.perf_counter()
     trace = load_philly(path)
-    elapsed = time.perf_counter() - start
     assert csv_data_rows(path) == 82_247
     assert trace.kept == 82_247 and trace.skipped == ()
-    assert elapsed < 2.0, f"philly.csv took {elapsed:.2f} s"
     assert_ordered(trace)
     # 1:76627 GPU counts published in the Sia README
     assert sum(j.num_gpus == 1 for j in trace.jobs) == 76_627
