@@ -110,24 +110,53 @@ class PlanSet:
 
     @property
     def why_top(self) -> str | None:
-        """One sentence on why the first plan wins under the objective."""
+        """One sentence on why the first plan wins under the objective: the first ranking key that separates it from
+        the runner-up, with both values."""
         if not len(self):
             return None
         best = self.plan(0)
         tail = (f"{best.memory_bytes / GIB:.1f} GiB per GPU of {best.gpu_memory_bytes / GIB:.0f} GiB, "
-                f"{best.time_to_train_s / 86400:.2f} days, {best.gpu_hours:,.0f} GPU-hours, ${best.cost_usd:,.0f}")
+                f"{_duration(best.time_to_train_s)} to train, {best.gpu_hours:,.1f} GPU-hours, ${best.cost_usd:,.2f}")
         if len(self) == 1:
             return f"{best.label()} is the only feasible plan: {tail}."
         runner = self.plan(1)
-        what = {
-            "time": ("trains fastest", runner.time_to_train_s / 86400, best.time_to_train_s / 86400, "days"),
-            "gpu-hours": ("uses the fewest GPU-hours", runner.gpu_hours, best.gpu_hours, "GPU-hours"),
-            "cost": ("is the cheapest", runner.cost_usd, best.cost_usd, "$"),
-            "gpus": ("needs the fewest GPUs", runner.num_gpus, best.num_gpus, "GPUs"),
-        }[self.objective]
-        verb, r_val, b_val, unit = what
-        return (f"{best.label()} {verb} ({b_val:,.2f} {unit} vs {r_val:,.2f} for the runner-up, {runner.label()}); "
-                f"{tail}.")
+        keys = _OBJECTIVE_KEYS[self.objective]
+        for i, key in enumerate(keys):
+            b_val, r_val = getattr(best, key), getattr(runner, key)
+            if not np.isclose(b_val, r_val, rtol=1e-9, atol=0):
+                words, fmt, _ = _KEY_WORDS[key]
+                b_txt, r_txt = fmt(b_val), fmt(r_val)
+                if b_txt == r_txt:  # close values: show enough digits to see the difference
+                    precise = (lambda v: f"{v / 3600:,.2f} h") if key == "time_to_train_s" else (lambda v: f"{v:.6g}")
+                    b_txt, r_txt = precise(b_val), precise(r_val)
+                phrase = f"{words} ({b_txt} vs {r_txt})"
+                lead = "wins on" if i == 0 else f"ties with the runner-up on {_KEY_WORDS[keys[0]][2]} and wins on"
+                return f"{best.label()} {lead} {phrase} over {runner.label()}; {tail}."
+        return (f"{best.label()} ties with {runner.label()} on every objective key and wins on the deterministic "
+                f"tie-break (GPU type name, then t, p, d); {tail}.")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+# Ranking keys per objective, most significant first (the deterministic tie-break follows them).
+_OBJECTIVE_KEYS: dict[str, tuple[str, ...]] = {
+    "time": ("time_to_train_s", "num_gpus", "cost_usd"),
+    "gpu-hours": ("gpu_hours", "time_to_train_s", "num_gpus"),
+    "cost": ("cost_usd", "time_to_train_s", "num_gpus"),
+    "gpus": ("num_gpus", "time_to_train_s", "cost_usd"),
+}
+_KEY_WORDS = {
+    "time_to_train_s": ("the shortest time to train", _duration, "time to train"),
+    "num_gpus": ("fewer GPUs", lambda v: f"{int(v)}", "GPU count"),
+    "cost_usd": ("the lowest cost", lambda v: f"${v:,.2f}", "cost"),
+    "gpu_hours": ("the fewest GPU-hours", lambda v: f"{v:,.2f}", "GPU-hours"),
+}
 
 
 def _divisors(n: int) -> np.ndarray:
@@ -137,13 +166,7 @@ def _divisors(n: int) -> np.ndarray:
 def _sort_keys(objective: str, cols: dict[str, np.ndarray]) -> list[np.ndarray]:
     """np.lexsort keys, least significant first; the last key is the primary one."""
     tie = [cols["dp"], cols["pp"], cols["tp"], cols["type_rank"]]
-    primary = {
-        "time": [cols["cost_usd"], cols["num_gpus"], cols["time_to_train_s"]],
-        "gpu-hours": [cols["num_gpus"], cols["time_to_train_s"], cols["gpu_hours"]],
-        "cost": [cols["num_gpus"], cols["time_to_train_s"], cols["cost_usd"]],
-        "gpus": [cols["cost_usd"], cols["time_to_train_s"], cols["num_gpus"]],
-    }[objective]
-    return tie + primary
+    return tie + [cols[k] for k in reversed(_OBJECTIVE_KEYS[objective])]
 
 
 def rank_plans(

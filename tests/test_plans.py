@@ -105,7 +105,7 @@ def test_ranking_is_deterministic():
 
 def test_why_top_names_the_winner():
     result = rank_plans(MODEL, TRAIN, SMALL, objective="cost")
-    assert result.plans[0].gpu_type in result.why_top and "cheapest" in result.why_top
+    assert result.plans[0].gpu_type in result.why_top and "lowest cost" in result.why_top
 
 
 def test_infeasible_job_is_explained():
@@ -131,3 +131,11 @@ def test_bad_objective_named():
 def test_tensor_parallel_stays_in_node():
     plans = rank_plans(ZOO["gpt2-7b-paper"], TrainingSpec(seq_len=2048, global_batch=32), SMALL).plans
     assert all(p.tp <= (4 if p.gpu_type == "A100-40GB" else 2) for p in plans)
+
+
+def test_why_top_names_the_deciding_key_on_a_tie():
+    # on `gpus`, several 1-GPU plans tie on the primary key: the sentence must say the time decided
+    result = rank_plans(ZOO["gpt2"], TRAIN, SMALL, objective="gpus")
+    first, second = result.plans[:2]
+    assert first.num_gpus == second.num_gpus == 1
+    assert "ties with the runner-up on GPU count" in result.why_top and "time to train" in result.why_top
