@@ -1,0 +1,64 @@
+"""Metrics of simulation runs: JCT percentiles, queueing delay, makespan, GPU-hours, utilisation, confidence intervals.
+
+Pure functions over arrays; `simulate.SimResult` and `simulate.MultiSeedResult` call them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+SUMMARY_KEYS = ("jobs", "completed", "avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_hours",
+                "oom_failures", "sched_overhead_ms_per_decision", "wall_s")
+
+
+def jct_stats(jct_s: np.ndarray) -> dict[str, float]:
+    """Average, median, p95 and p99 of job completion times (NaN for unfinished jobs are left out).
+
+    >>> jct_stats(np.array([1.0, 2.0, 3.0, np.nan]))["avg_jct_s"]
+    2.0
+    """
+    x = np.asarray(jct_s, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"avg_jct_s": math.nan, "median_jct_s": math.nan, "p95_jct_s": math.nan, "p99_jct_s": math.nan}
+    return {"avg_jct_s": float(x.mean()), "median_jct_s": float(np.median(x)),
+            "p95_jct_s": float(np.percentile(x, 95)), "p99_jct_s": float(np.percentile(x, 99))}
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student-t interval over seeds; a single value gives a zero-width interval.
+
+    >>> [round(v, 3) for v in mean_ci([1.0, 2.0, 3.0])]
+    [2.0, -0.484, 4.484]
+    """
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    m = float(x.mean())
+    if x.size < 2 or float(x.std(ddof=1)) == 0.0:
+        return (m, m, m)
+    lo, hi = stats.t.interval(confidence, df=x.size - 1, loc=m, scale=stats.sem(x))
+    return (m, float(lo), float(hi))
+
+
+def busy_gpu_seconds(times_s: np.ndarray, busy: np.ndarray, until_s: float) -> float:
+    """Integral of a step function busy(t) (value holds from times_s[i] to times_s[i+1]) up to until_s.
+
+    >>> busy_gpu_seconds(np.array([0.0, 10.0]), np.array([4, 0]), 20.0)
+    40.0
+    """
+    if len(times_s) == 0:
+        return 0.0
+    t = np.append(np.asarray(times_s, dtype=float), until_s)
+    return float(np.sum(np.diff(t) * np.asarray(busy, dtype=float)))
+
+
+def average_utilisation(times_s: np.ndarray, busy: np.ndarray, total_gpus: int, until_s: float) -> float:
+    """Busy GPU-seconds / (total GPUs x until_s)."""
+    if until_s <= 0 or total_gpus <= 0:
+        return 0.0
+    return busy_gpu_seconds(times_s, busy, until_s) / (total_gpus * until_s)

@@ -1,0 +1,16 @@
+"""Scheduling policies: one signature (`decide(view) -> decisions`), one registry. Add a policy: one file, one line."""
+
+from __future__ import annotations
+
+from frenzy_core.policies.base import Decision, Policy, PolicyContext, Preempt, Reject, SchedulerView, Start
+from frenzy_core.policies.fcfs import FcfsPolicy
+from frenzy_core.policies.frenzy import FrenzyPolicy
+from frenzy_core.policies.sia import SiaPolicy
+
+REGISTRY: dict[str, type[Policy]] = {
+    "frenzy": FrenzyPolicy,
+    "fcfs": FcfsPolicy,
+    "sia": SiaPolicy,
+}
+
+__all__ = ["REGISTRY", "Decision", "Policy", "PolicyContext", "Preempt", "Reject", "SchedulerView", "Start"]

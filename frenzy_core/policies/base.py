@@ -1,0 +1,214 @@
+"""What every policy shares: the read-only view it gets, the decisions it returns, and the jobs x GPU-types matrix.
+
+A policy is a class with one method, `decide(view) -> list[Decision]`, built once per run from a `PolicyContext`
+(the cluster, the mapped workload, the plan table, the options). It reads the view and returns decisions; only the
+simulator changes state (blox's accept -> schedule -> place round). `round_s` is None for event-driven policies
+(called after every batch of arrivals/completions) or the period of its rounds (Sia: 60 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy import sparse
+
+from frenzy_core.cluster import Cluster
+from frenzy_core.packing import ClusterIndex, Placement
+from frenzy_core.plans import Plan
+from frenzy_core.workload import LLMJob, PlanTable, Workload, job_classes
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start (or restart) a queued job with this plan on this placement. plan.time_to_train_s is for the whole job."""
+
+    job: int  # index into the workload's jobs
+    plan: Plan
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """Stop a running job and put it back in the queue; its progress is kept (checkpoint/restart)."""
+
+    job: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    """The job can never run on this cluster (no plan fits anywhere); the simulator marks it failed."""
+
+    job: int
+    reason: str
+
+
+Decision = Start | Preempt | Reject
+
+
+class JobStatus:
+    """The simulator's record of one job. Policies read it; only the simulator writes it."""
+
+    __slots__ = ("idx", "job", "cls", "requested_gpus", "done_fraction", "oom_failures", "restarts", "plan",
+                 "placement", "run_start_s", "run_end_s", "first_start_s", "finish_s", "state", "token",
+                 "gpu_seconds", "wasted_gpu_seconds", "startup_s")
+
+    def __init__(self, idx: int, job: LLMJob, cls: int):
+        self.idx = idx
+        self.job = job
+        self.cls = cls  # row of the jobs x GPU-types matrix: the job's (model, training) class
+        self.requested_gpus = job.trace_gpus  # the user's count; doubled after each out-of-memory failure
+        self.done_fraction = 0.0  # share of the token budget already trained
+        self.oom_failures = 0
+        self.restarts = 0  # preemptions that were followed by a new start
+        self.plan: Plan | None = None  # current plan while running
+        self.placement: Placement | None = None
+        self.run_start_s = 0.0
+        self.run_end_s = 0.0
+        self.first_start_s: float | None = None
+        self.finish_s: float | None = None
+        self.state = "future"  # future -> queued -> running -> (queued ->) done | failed
+        self.token = 0  # bumped on each start, so stale completion events are ignored
+        self.gpu_seconds: dict[str, float] = {}
+        self.wasted_gpu_seconds = 0.0  # GPU time of runs that ended in out-of-memory
+        self.startup_s = 0.0  # start-up / restore time of the current run
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """What a policy may read at one decision point."""
+
+    now_s: float
+    index: ClusterIndex
+    free: np.ndarray  # free GPUs per node (read-only array)
+    free_by_type: tuple[int, ...]  # free GPUs per type, in index.type_names order
+    queue: Sequence[int]  # waiting jobs, in queue order (arrival, or resubmission for failed/preempted jobs)
+    running: Sequence[int]  # running jobs
+    jobs: Sequence[JobStatus]  # every job's record (read only)
+    release_epoch: int  # bumped whenever GPUs are released: a job that did not fit cannot fit until it changes
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """Everything a policy may precompute from, fixed for one run."""
+
+    cluster: Cluster
+    index: ClusterIndex
+    workload: Workload
+    table: PlanTable  # the jobs x GPU-types matrix (best split per (class, type, count))
+    estimator: Any
+    options: Any  # simulate.SimOptions
+
+    @property
+    def classes(self) -> dict:
+        return job_classes(self.workload.jobs)
+
+
+class Policy:
+    """Base class: subclasses set `name`, maybe `round_s`, and implement `decide`."""
+
+    name: ClassVar[str] = "base"
+    round_s: float | None = None
+
+    def __init__(self, ctx: PolicyContext):
+        self.ctx = ctx
+
+    def decide(self, view: SchedulerView) -> list[Decision]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, float]:
+        """Policy-specific figures for the result (e.g. ILP solve times)."""
+        return {}
+
+
+class ReadOnlyList(Sequence):
+    """A list seen through a read-only window (no copy)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data):
+        self._data = data
+
+    def __getitem__(self, i):
+        return self._data[i]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __iter__(self):
+        return iter(self._data)
+
+
+# --- the jobs x GPU-types matrix ------------------------------------------------------------------------------------
+def allowed_sizes(capacity: int, max_gpus: int) -> list[int]:
+    """Allocation sizes a round-based policy chooses from: powers of two up to the type's capacity and max_gpus.
+
+    >>> allowed_sizes(64, 32)
+    [1, 2, 4, 8, 16, 32]
+    """
+    out, n = [], 1
+    while n <= min(capacity, max_gpus):
+        out.append(n)
+        n *= 2
+    return out
+
+
+@dataclass(frozen=True)
+class ThroughputMatrix:
+    """tokens/s of each job class on each (GPU type, size) option; 0 where nothing fits. Shape: classes x options."""
+
+    options: tuple[tuple[int, int], ...]  # (type position, GPU count)
+    tokens_per_s: np.ndarray  # float, classes x options
+    plans: tuple[tuple[Plan | None, ...], ...]  # the best plan behind each cell (None where 0)
+
+
+def throughput_matrix(ctx: PolicyContext, class_keys: Sequence[tuple[str, Any]], max_gpus: int,
+                      safety_margin: float) -> ThroughputMatrix:
+    """Build the matrix rows for these (model, training) classes from the shared plan table."""
+    from frenzy_core.models import ZOO
+
+    cap = ctx.index.capacity_by_type()
+    options: list[tuple[int, int]] = []
+    for t in range(len(ctx.index.type_names)):
+        options += [(t, s) for s in allowed_sizes(int(cap[t]), max_gpus)]
+    x = np.zeros((len(class_keys), len(options)))
+    plans = []
+    for r, (model_name, training) in enumerate(class_keys):
+        row = []
+        for c, (t, s) in enumerate(options):
+            p = ctx.table.best(ZOO[model_name], training, ctx.index.type_names[t], s, safety_margin=safety_margin,
+                               tune_micro_batch=True)
+            row.append(p)
+            x[r, c] = p.tokens_per_s if p is not None else 0.0
+        plans.append(tuple(row))
+    return ThroughputMatrix(options=tuple(options), tokens_per_s=x, plans=tuple(plans))
+
+
+def capacity_constraints(options: Sequence[tuple[int, int]], n_jobs: int, capacity: Sequence[int]):
+    """Rows "sum of GPUs given out of type g <= capacity[g]" over x[job, option] flattened job-major.
+
+    Returns (A, upper) for scipy.optimize.LinearConstraint; the one helper every matrix-based policy shares.
+    """
+    n_opt = len(options)
+    rows, cols, vals = [], [], []
+    for j in range(n_jobs):
+        for o, (t, s) in enumerate(options):
+            rows.append(t)
+            cols.append(j * n_opt + o)
+            vals.append(s)
+    a = sparse.csr_array((vals, (rows, cols)), shape=(len(capacity), n_jobs * n_opt))
+    return a, np.asarray(capacity, dtype=float)
+
+
+def one_option_per_job(n_jobs: int, n_opt: int):
+    """Rows "each job takes at most one option" over the same flattened x."""
+    rows = np.repeat(np.arange(n_jobs), n_opt)
+    cols = np.arange(n_jobs * n_opt)
+    return sparse.csr_array((np.ones(n_jobs * n_opt), (rows, cols)), shape=(n_jobs, n_jobs * n_opt)), np.ones(n_jobs)
+
+
+def class_key(job: LLMJob) -> tuple[str, Any]:
+    return (job.model, job.training)
+

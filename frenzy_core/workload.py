@@ -1,0 +1,364 @@
+"""From trace jobs to LLM training jobs, and the per-(job, GPU type, GPU count) table that the policies share.
+
+Traces (Philly, Helios, Sia workloads) give arrival, GPU count and duration but no model. `map_trace` gives each job
+a zoo model and a token budget such that, on its original allocation (the trace's GPU count on the trace's GPU type,
+or the cluster's reference type when the trace has none), the performance model says it runs for exactly the trace's
+duration. The mapping (docs/simulation.md):
+
+- model by the trace's GPU count, drawn per job by seed from a bucket (`MODEL_BUCKETS`): 1 GPU -> gpt2 or
+  gpt2-medium; 2-4 -> gpt2-large or gpt2-xl; 5-16 -> llama-2-7b or mistral-7b; 17-63 -> llama-2-13b or
+  llama-3.1-8b; 64+ -> llama-2-70b or llama-2-13b;
+- the drawn model must fit the original allocation in memory on the original type (its best split of that GPU
+  count, no safety margin), and also min(count, GPUs of that type in the cluster); if it does not, the next smaller model in `FALLBACK_ORDER` is taken, so every job is
+  runnable as the user ran it and a baseline only runs out of memory when it puts the job on a smaller GPU;
+- one training setup per model (`default_training`): bf16 with fp32 master weights, AdamW, flash attention,
+  sequence length min(2048, the model's context), micro-batch 1, global batch lcm(384, GPU count) (384 is divisible
+  by every power-of-two d up to 128 and by 3; the lcm makes any count, e.g. Sia's 10 or 14 replicas, splittable);
+- tokens = duration_s x tokens/s of the fastest split of the original count that fits; a trace that names its own
+  model and tokens (native traces) keeps them.
+
+Step times are cached per (model, GPU type, split) inside one call, so the 82k-job Philly trace maps in well under a
+second. The seed only changes the model drawn inside a bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+import numpy as np
+
+from frenzy_core.cluster import Cluster
+from frenzy_core.gpus import GPUType
+from frenzy_core.models import ZOO, ModelSpec
+from frenzy_core.plans import Plan
+from frenzy_core.training import Parallelism, TrainingSpec
+
+# (lowest GPU count of the bucket, candidate models); a job takes the last bucket whose lower bound it reaches.
+MODEL_BUCKETS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, ("gpt2", "gpt2-medium")),
+    (2, ("gpt2-large", "gpt2-xl")),
+    (5, ("llama-2-7b", "mistral-7b")),
+    (17, ("llama-2-13b", "llama-3.1-8b")),
+    (64, ("llama-2-70b", "llama-2-13b")),
+)
+# Largest first: where a drawn model does not fit its original allocation, walk down this list.
+FALLBACK_ORDER: tuple[str, ...] = ("llama-2-70b", "llama-2-13b", "llama-3.1-8b", "mistral-7b", "llama-2-7b",
+                                   "gpt2-xl", "gpt2-large", "gpt2-medium", "gpt2")
+GLOBAL_BATCH = 384  # samples per step: 2^7 x 3, so d = 1..128 and 3, 6, 12, 24, 48, 96 all divide it
+MAX_SEQ_LEN = 2048
+
+
+def default_training(model: ModelSpec, num_gpus: int = 1) -> TrainingSpec:
+    """The training setup the mapping gives a job of this model and trace GPU count (see the module docstring).
+
+    >>> default_training(ZOO["gpt2"], 10).global_batch, default_training(ZOO["gpt2"], 8).global_batch
+    (1920, 384)
+    """
+    return TrainingSpec(seq_len=min(MAX_SEQ_LEN, model.max_positions), global_batch=math.lcm(GLOBAL_BATCH, num_gpus),
+                        micro_batch=1, precision="bf16-master", optimizer="adamw", attention="flash")
+
+
+@dataclass(frozen=True)
+class LLMJob:
+    """One trace job as an LLM training job: what to train, how much, and what the trace asked for."""
+
+    job_id: str
+    arrival_s: float  # from the trace
+    model: str  # zoo name
+    training: TrainingSpec  # shapes of one step; the same for every job of a model
+    tokens: float  # training tokens: the job is done when it has processed these
+    trace_gpus: int  # the user's GPU count (fcfs and sia start from it; frenzy ignores it)
+    trace_duration_s: float  # the trace's run time on the original allocation
+    original_gpu_type: str  # the type the token budget was calibrated on
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ZOO[self.model]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A mapped trace: LLM jobs sorted by arrival, with how they were mapped."""
+
+    jobs: tuple[LLMJob, ...]
+    source: str
+    seed: int
+    reference_gpu: str
+    fallbacks: int = 0  # jobs whose drawn model did not fit and took a smaller one
+
+
+# --- estimating memory and speed ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeShape:
+    """What the performance model needs to know about the nodes of one GPU type."""
+
+    gpus_per_node: int
+    intra_link_gbyte_s: float
+    network_gbit_s: float
+
+
+def node_shape(cluster: Cluster, gpu_type: str) -> NodeShape:
+    """The largest node of this type stands for all (it decides how far tensor parallelism can go)."""
+    nodes = [n for n in cluster.nodes if n.gpu_type == gpu_type]
+    if not nodes:
+        g = cluster.gpu(gpu_type)
+        return NodeShape(8, g.intra_link_gbyte_s, 100.0)
+    big = max(nodes, key=lambda n: n.num_gpus)
+    return NodeShape(big.num_gpus, cluster.intra_link_gbyte_s(big), big.network_gbit_s)
+
+
+class DefaultEstimator:
+    """Memory from `memory.predict_memory`, speed from `perf.step_time`, ranked plans from `plans.rank_plans`."""
+
+    def __init__(self, method: str = "detailed"):
+        self.method = method
+
+    def memory_bytes(self, model: ModelSpec, training: TrainingSpec, par: Parallelism) -> int:
+        from frenzy_core.memory import predict_memory
+
+        return int(predict_memory(model, training, par, method=self.method).total_bytes)
+
+    def step_time_s(self, model: ModelSpec, training: TrainingSpec, par: Parallelism, gpu: GPUType,
+                    shape: NodeShape) -> float:
+        from frenzy_core.perf import step_time
+
+        return step_time(model, training, par, gpu, intra_link_gbyte_s=shape.intra_link_gbyte_s,
+                         network_gbit_s=shape.network_gbit_s, gpus_per_node=shape.gpus_per_node).step_time_s
+
+    def rank(self, model: ModelSpec, training: TrainingSpec, cluster: Cluster, objective: str,
+             safety_margin: float) -> tuple[Plan, ...]:
+        from frenzy_core.plans import rank_plans
+
+        return tuple(rank_plans(model, training, cluster, objective=objective, tokens=1e9, method=self.method,
+                                safety_margin=safety_margin).plans)
+
+
+class AnalyticEstimator:
+    """A closed-form stand-in for tests and quick what-ifs (not the planner's model).
+
+    memory = 18 bytes/param x params / (t x p) + 34 x s x h x layers / (t x p) bytes of activations (Korthikanti et
+    al. 2022, Table 2, micro-batch 1, no recomputation); step = 6 x params x tokens / (N x peak x MFU), plus a
+    5% slowdown per doubling of N for communication.
+    """
+
+    def memory_bytes(self, model: ModelSpec, training: TrainingSpec, par: Parallelism) -> int:
+        shard = par.tp * par.pp
+        states = 18 * model.parameter_count() / shard
+        acts = 34 * training.seq_len * model.hidden_size * model.num_layers * training.micro_batch / shard
+        return int(states + acts)
+
+    def step_time_s(self, model: ModelSpec, training: TrainingSpec, par: Parallelism, gpu: GPUType,
+                    shape: NodeShape) -> float:
+        n = par.num_gpus
+        flops = 6 * model.parameter_count() * training.tokens_per_step()
+        return flops / (n * gpu.bf16_tflops * 1e12 * gpu.mfu) * (1 + 0.05 * math.log2(n))
+
+    def rank(self, model: ModelSpec, training: TrainingSpec, cluster: Cluster, objective: str,
+             safety_margin: float) -> tuple[Plan, ...]:
+        table = PlanTable(self, cluster)
+        plans = []
+        for g in cluster.gpu_types_present():
+            cap = cluster.gpus_by_type()[g.name]
+            n = 1
+            while n <= cap:
+                p = table.best(model, training, g.name, n, safety_margin=safety_margin)
+                if p is not None:
+                    plans.append(p)
+                n *= 2
+        return tuple(sorted(plans, key=lambda p: _objective_key(p, objective)))
+
+
+def _objective_key(p: Plan, objective: str):
+    if objective == "time":
+        return (p.time_to_train_s, p.gpu_hours, p.gpu_type)
+    if objective == "cost":
+        return (p.cost_usd, p.time_to_train_s, p.gpu_type)
+    if objective == "gpus":
+        return (p.num_gpus, p.time_to_train_s, p.gpu_type)
+    return (p.gpu_hours, p.time_to_train_s, p.gpu_type)  # gpu-hours
+
+
+def scale_plan(plan: Plan, tokens: float) -> Plan:
+    """The same plan for a different token budget: time, GPU-hours and cost scale with tokens."""
+    t = tokens / plan.tokens_per_s
+    gh = plan.num_gpus * t / 3600.0
+    price = plan.cost_usd / plan.gpu_hours if plan.gpu_hours > 0 else 0.0
+    return replace(plan, time_to_train_s=t, gpu_hours=gh, cost_usd=gh * price)
+
+
+@cache
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: int) -> list[Parallelism]:
+    """Every valid d x t x p = count: t divides the heads and fits a node, p divides the layers, d x b divides B."""
+    out = []
+    for tp in _divisors(count):
+        if tp > gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
+            continue
+        for pp in _divisors(count // tp):
+            dp = count // tp // pp
+            if model.num_layers % pp or training.global_batch % (training.micro_batch * dp):
+                continue
+            out.append(Parallelism(dp=dp, tp=tp, pp=pp))
+    return out
+
+
+@dataclass
+class PlanTable:
+    """The jobs x GPU-types matrix, lazily: best split of (model, training) on `count` GPUs of a type.
+
+    One table per call or per simulation run (it caches, but its answers depend only on its inputs). `best` gives
+    the fastest split that fits `capacity x (1 - safety_margin)`; `pure_dp` the d = count split whatever its memory
+    (what a baseline runs when nothing fits, to out-of-memory). Plans are for 1e9 tokens; rescale with scale_plan.
+    """
+
+    estimator: object
+    cluster: Cluster
+    _eval: dict = field(default_factory=dict)
+    _best: dict = field(default_factory=dict)
+    _shapes: dict = field(default_factory=dict)
+
+    def shape(self, gpu_type: str) -> NodeShape:
+        if gpu_type not in self._shapes:
+            self._shapes[gpu_type] = node_shape(self.cluster, gpu_type)
+        return self._shapes[gpu_type]
+
+    def evaluate(self, model: ModelSpec, training: TrainingSpec, gpu_type: str, par: Parallelism) -> Plan:
+        key = (model.name, training, gpu_type, par)
+        got = self._eval.get(key)
+        if got is None:
+            gpu = self.cluster.gpu(gpu_type)
+            mem = self.estimator.memory_bytes(model, training, par)
+            step = self.estimator.step_time_s(model, training, par, gpu, self.shape(gpu_type))
+            tokens_per_s = training.tokens_per_step() / step
+            t = 1e9 / tokens_per_s
+            gh = par.num_gpus * t / 3600.0
+            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, num_gpus=par.num_gpus,
+                       micro_batch=training.micro_batch,
+                       grad_accum=training.global_batch // (training.micro_batch * par.dp), memory_bytes=mem,
+                       headroom_bytes=gpu.memory_bytes - mem, gpu_memory_bytes=gpu.memory_bytes, step_time_s=step,
+                       tokens_per_s=tokens_per_s, time_to_train_s=t, gpu_hours=gh,
+                       cost_usd=gh * gpu.price_per_hour_usd)
+            self._eval[key] = got
+        return got
+
+    def best(self, model: ModelSpec, training: TrainingSpec, gpu_type: str, count: int, *,
+             safety_margin: float = 0.0, tune_micro_batch: bool = False) -> Plan | None:
+        """Fastest fitting split of exactly `count` GPUs; tune_micro_batch also tries micro-batches 2, 4, ... 64."""
+        key = (model.name, training, gpu_type, count, safety_margin, tune_micro_batch)
+        if key in self._best:
+            return self._best[key]
+        cap = self.cluster.gpu(gpu_type).memory_bytes * (1.0 - safety_margin)
+        best = None
+        micro = [training.micro_batch]
+        if tune_micro_batch:
+            micro += [b for b in (2, 4, 8, 16, 32, 64) if b > training.micro_batch and training.global_batch % b == 0]
+        for b in micro:
+            tr = training if b == training.micro_batch else training.model_copy(update={"micro_batch": b})
+            found = False
+            for par in splits(model, tr, count, self.shape(gpu_type).gpus_per_node):
+                p = self.evaluate(model, tr, gpu_type, par)
+                if p.memory_bytes <= cap:
+                    found = True
+                    if best is None or p.step_time_s < best.step_time_s:
+                        best = p
+            if not found:
+                break  # a larger micro-batch only needs more memory
+        self._best[key] = best
+        return best
+
+    def pure_dp(self, model: ModelSpec, training: TrainingSpec, gpu_type: str, count: int) -> Plan | None:
+        """d = count (or the largest d <= count that divides the batch, the rest as pipeline stages if valid)."""
+        for par in splits(model, training, count, self.shape(gpu_type).gpus_per_node):
+            if par.tp == 1 and par.pp == 1:
+                return self.evaluate(model, training, gpu_type, par)
+        cands = splits(model, training, count, self.shape(gpu_type).gpus_per_node)
+        if not cands:
+            return None
+        return self.evaluate(model, training, gpu_type, max(cands, key=lambda q: (q.dp, -q.tp)))
+
+
+# --- the mapping ----------------------------------------------------------------------------------------------------
+def reference_gpu(cluster: Cluster) -> str:
+    """The cluster type with the most GPUs (ties: more memory, then first seen): where traces are calibrated.
+
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> reference_gpu(parse_cluster_yaml("nodes: [{gpu_type: T4, num_gpus: 4}, {gpu_type: A10, num_gpus: 4}]"))
+    'A10'
+    """
+    counts = cluster.gpus_by_type()
+    types = cluster.gpu_types_present()
+    return max(types, key=lambda g: (counts[g.name], g.memory_bytes, -types.index(g))).name
+
+
+def model_candidates(num_gpus: int) -> tuple[str, ...]:
+    """The bucket of models a job of this GPU count draws from.
+
+    >>> model_candidates(1), model_candidates(8)
+    (('gpt2', 'gpt2-medium'), ('llama-2-7b', 'mistral-7b'))
+    """
+    chosen = MODEL_BUCKETS[0][1]
+    for low, models in MODEL_BUCKETS:
+        if num_gpus >= low:
+            chosen = models
+    return chosen
+
+
+def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, reference: str | None = None,
+              table: PlanTable | None = None) -> Workload:
+    """Map a `traces.Trace` (or any sequence of TraceJob) to LLM jobs; same inputs and seed, same workload."""
+    est = estimator if estimator is not None else DefaultEstimator()
+    table = table if table is not None else PlanTable(est, cluster)
+    jobs_in: Sequence = trace.jobs if hasattr(trace, "jobs") else tuple(trace)
+    ref = reference or reference_gpu(cluster)
+    capacity = cluster.gpus_by_type()
+    rng = np.random.default_rng(seed)
+    draws = rng.random(len(jobs_in))
+    fit_cache: dict[tuple[str, str, int], Plan | None] = {}
+    out: list[LLMJob] = []
+    fallbacks = 0
+    for tj, u in zip(jobs_in, draws, strict=True):
+        gpu_type = tj.gpu_type if tj.gpu_type in capacity else ref
+        count = int(tj.num_gpus)
+        name = getattr(tj, "model", None)
+        if name is None or name not in ZOO:
+            cands = model_candidates(count)
+            name = cands[min(int(u * len(cands)), len(cands) - 1)]
+        order = (name,) + tuple(m for m in FALLBACK_ORDER[FALLBACK_ORDER.index(name) + 1:]) \
+            if name in FALLBACK_ORDER else (name,) + FALLBACK_ORDER
+        plan = None
+        runnable = min(count, capacity[gpu_type])  # what a baseline can give it here (requests are capped)
+        for m in order:
+            for n in {count, runnable}:
+                key = (m, gpu_type, n)
+                if key not in fit_cache:
+                    model = ZOO[m]
+                    fit_cache[key] = table.best(model, default_training(model, count), gpu_type, n)
+            plan = fit_cache[(m, gpu_type, count)]
+            if plan is not None and fit_cache[(m, gpu_type, runnable)] is not None:
+                fallbacks += m != name
+                name = m
+                break
+        if plan is None:  # even gpt2 does not fit (cannot happen with the zoo; kept for custom tables)
+            raise ValueError(f"job {tj.job_id}: no model fits {count} x {gpu_type}")
+        model = ZOO[name]
+        tokens = getattr(tj, "tokens", None) or max(tj.duration_s, 1.0) * plan.tokens_per_s
+        out.append(LLMJob(job_id=str(tj.job_id), arrival_s=float(tj.arrival_s), model=name,
+                          training=default_training(model, count), tokens=float(tokens), trace_gpus=count,
+                          trace_duration_s=float(tj.duration_s), original_gpu_type=gpu_type))
+    out.sort(key=lambda j: j.arrival_s)
+    return Workload(jobs=tuple(out), source=getattr(trace, "source", "jobs"), seed=seed, reference_gpu=ref,
+                    fallbacks=fallbacks)
+
+
+def job_classes(jobs: Iterable[LLMJob]) -> dict[tuple[str, TrainingSpec], int]:
+    """Distinct (model, training) pairs, numbered in first-seen order: the rows of the jobs x GPU-types matrix."""
+    out: dict[tuple[str, TrainingSpec], int] = {}
+    for j in jobs:
+        out.setdefault((j.model, j.training), len(out))
+    return out

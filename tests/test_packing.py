@@ -1,0 +1,117 @@
+"""HAS placement: preference order, >= memory, TP groups per node, termination, purity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from frenzy_core.cluster import parse_cluster_yaml
+from frenzy_core.gpus import GIB
+from frenzy_core.packing import ClusterIndex, Placement, check_placement, has_place, place
+from frenzy_core.plans import Plan
+
+
+def _index(yaml_nodes: str, gpu_types: str = "") -> ClusterIndex:
+    return ClusterIndex.from_cluster(parse_cluster_yaml(f"name: t\n{gpu_types}nodes:\n{yaml_nodes}"))
+
+
+def _plan(gpu_type: str, n: int, tp: int = 1, mem_gib: float = 1.0) -> Plan:
+    return Plan(gpu_type=gpu_type, dp=n // tp, tp=tp, pp=1, num_gpus=n, micro_batch=1, grad_accum=1,
+                memory_bytes=int(mem_gib * GIB), headroom_bytes=0, gpu_memory_bytes=80 * GIB, step_time_s=1.0,
+                tokens_per_s=1.0, time_to_train_s=1.0, gpu_hours=1.0, cost_usd=1.0)
+
+
+TWO_A100 = "  - {name: a, gpu_type: A100-80GB, num_gpus: 8, count: 3}\n"
+
+
+def test_single_node_best_fit_leaves_fewest_free_gpus():
+    ix = _index(TWO_A100)
+    assert place(ix, np.array([8, 5, 3]), 3) == Placement("A100-80GB", ((2, 3),))
+    assert place(ix, np.array([8, 5, 3]), 4) == Placement("A100-80GB", ((1, 4),))
+
+
+def test_ties_go_to_the_lowest_node_index():
+    ix = _index(TWO_A100)
+    assert place(ix, np.array([4, 4, 4]), 2).nodes == ((0, 2),)
+
+
+def test_single_node_preferred_over_a_tighter_multi_node_split():
+    ix = _index(TWO_A100)
+    # 2 + 2 would fill two nodes exactly, but one node that holds all 4 wins
+    assert place(ix, np.array([2, 2, 8]), 4).nodes == ((2, 4),)
+
+
+def test_multi_node_uses_fewest_nodes_then_tightest_last_node():
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8, count: 4}\n")
+    got = place(ix, np.array([6, 3, 5, 2]), 9)
+    # largest first: 6, then the remainder 3 goes to the tightest node that holds it (node 1 has exactly 3)
+    assert got.nodes == ((0, 6), (1, 3))
+    assert got.num_gpus == 9
+
+
+def test_tensor_parallel_groups_stay_inside_nodes():
+    ix = _index(TWO_A100)
+    # 3 free GPUs per node hold only one group of 2 each: 4 GPUs need two nodes with 2 each
+    got = place(ix, np.array([3, 3, 3]), 4, tp=2)
+    assert got is not None and all(n % 2 == 0 for _, n in got.nodes) and got.num_gpus == 4
+    assert place(ix, np.array([3, 1, 1]), 4, tp=2) is None  # 5 free GPUs but only 2 usable in pairs
+
+
+def test_memory_is_at_least_not_strictly_more():
+    types = "gpu_types:\n  - {name: G40, memory_gib: 40, bf16_tflops: 100, fp32_tflops: 50, memory_bandwidth_gbyte_s: 1000}\n"
+    ix = _index("  - {name: g, gpu_type: G40, num_gpus: 4}\n", types)
+    assert place(ix, np.array([4]), 1, memory_bytes=40 * GIB) is not None  # exactly the capacity: fits (>=)
+    assert place(ix, np.array([4]), 1, memory_bytes=40 * GIB + 1) is None
+
+
+def test_tightest_memory_type_wins_among_types_that_fit():
+    ix = _index("  - {name: big, gpu_type: A100-80GB, num_gpus: 8}\n  - {name: small, gpu_type: A100-40GB, num_gpus: 8}\n")
+    assert place(ix, np.array([8, 8]), 2, memory_bytes=30 * GIB).gpu_type == "A100-40GB"
+    assert place(ix, np.array([8, 8]), 2, memory_bytes=50 * GIB).gpu_type == "A100-80GB"
+
+
+def test_place_never_writes_the_free_array():
+    ix = _index(TWO_A100)
+    free = np.array([8, 5, 3])
+    free.flags.writeable = False  # would raise if place wrote to it
+    place(ix, free, 12)
+    assert free.tolist() == [8, 5, 3]
+
+
+def test_has_place_takes_the_first_plan_that_fits_and_none_when_nothing_does():
+    ix = _index(TWO_A100)
+    plans = [_plan("A100-80GB", 32), _plan("H100-80GB", 1), _plan("A100-80GB", 8, tp=4), _plan("A100-80GB", 1)]
+    plan, pl = has_place(plans, ix, np.array([4, 4, 4]))
+    assert plan is plans[2] and pl.nodes == ((0, 4), (1, 4))
+    assert has_place(plans, ix, np.array([0, 0, 0])) is None
+    assert has_place([], ix, np.array([8, 8, 8])) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_placements_are_valid_and_none_only_when_impossible(seed):
+    rng = np.random.default_rng(seed)
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8, count: 5}\n  - {name: t, gpu_type: T4, num_gpus: 4, count: 3}\n")
+    for _ in range(200):
+        free = rng.integers(0, ix.node_gpus + 1)
+        tp = int(rng.choice([1, 2, 4]))
+        n = tp * int(rng.integers(1, 12))
+        gpu_type = str(rng.choice(ix.type_names))
+        got = place(ix, free, n, tp=tp, gpu_types=(gpu_type,))
+        nodes = ix.nodes_by_type[ix.type_pos(gpu_type)]
+        usable = free[nodes] - free[nodes] % tp
+        if got is None:
+            assert usable.sum() < n
+            continue
+        assert check_placement(ix, free, _plan(gpu_type, n, tp), got) is None
+        if (usable >= n).any():
+            assert len(got.nodes) == 1  # a single node was possible, so it must be used
+        # fewest nodes: no smaller set of nodes has enough usable GPUs
+        assert len(got.nodes) == int(np.searchsorted(np.cumsum(np.sort(usable)[::-1]), n)) + 1
+
+
+def test_check_placement_rejects_overcommit_and_wrong_type():
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8}\n  - {name: t, gpu_type: T4, num_gpus: 4}\n")
+    free = np.array([2, 4])
+    assert "free GPUs" in check_placement(ix, free, _plan("A100-80GB", 4), Placement("A100-80GB", ((0, 4),)))
+    assert "not a" in check_placement(ix, free, _plan("A100-80GB", 2), Placement("A100-80GB", ((1, 2),)))
+    assert "needs" in check_placement(ix, free, _plan("A100-80GB", 2), Placement("A100-80GB", ((0, 1),)))

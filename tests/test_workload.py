@@ -1,0 +1,98 @@
+"""Trace -> LLM job mapping: deterministic by seed, calibrated to the trace's duration, fits its allocation."""
+
+from __future__ import annotations
+
+import pytest
+
+from frenzy_core.cluster import load_cluster
+from frenzy_core.models import ZOO
+from frenzy_core.traces import TraceJob, bundled_traces, load_trace
+from frenzy_core.workload import (
+    AnalyticEstimator,
+    PlanTable,
+    default_training,
+    map_trace,
+    model_candidates,
+    reference_gpu,
+    scale_plan,
+    splits,
+)
+
+JOBS = [TraceJob(job_id=f"j{i}", arrival_s=10.0 * i, num_gpus=n, duration_s=600.0 + 60 * i)
+        for i, n in enumerate([1, 1, 2, 4, 8, 16, 1, 4, 12, 1])]
+
+
+def test_same_seed_same_workload_and_another_seed_differs(tiny_cluster):
+    est = AnalyticEstimator()
+    a = map_trace(JOBS, tiny_cluster, seed=3, estimator=est)
+    b = map_trace(JOBS, tiny_cluster, seed=3, estimator=est)
+    assert a == b
+    others = [map_trace(JOBS, tiny_cluster, seed=s, estimator=est) for s in range(4, 8)]
+    assert any([j.model for j in o.jobs] != [j.model for j in a.jobs] for o in others)
+
+
+def test_tokens_make_the_original_allocation_run_for_the_trace_duration(tiny_cluster):
+    est = AnalyticEstimator()
+    w = map_trace(JOBS, tiny_cluster, seed=0, estimator=est)
+    table = PlanTable(est, tiny_cluster)
+    for j in w.jobs:
+        plan = table.best(ZOO[j.model], j.training, j.original_gpu_type, j.trace_gpus)
+        assert plan is not None, "the mapped model must fit its original allocation"
+        assert scale_plan(plan, j.tokens).time_to_train_s == pytest.approx(j.trace_duration_s, rel=1e-9)
+
+
+def test_models_come_from_the_gpu_count_bucket_or_a_smaller_fallback(tiny_cluster):
+    w = map_trace(JOBS, tiny_cluster, seed=1, estimator=AnalyticEstimator())
+    for j in w.jobs:
+        if j.trace_gpus == 1:
+            assert j.model in model_candidates(1)
+    assert model_candidates(2) == model_candidates(4) == ("gpt2-large", "gpt2-xl")
+    # 8 GPUs of the reference type (A100-80GB here: most GPUs, 8) fit a 7B model, so no fallback happens there
+    assert {j.model for j in w.jobs if j.trace_gpus == 8} <= set(model_candidates(8))
+
+
+def test_a_model_that_does_not_fit_falls_back_to_a_smaller_one():
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    w = map_trace([TraceJob("big", 0.0, 4, 100.0, model="llama-2-7b")], t4, seed=0, estimator=AnalyticEstimator())
+    # 7B needs 18 bytes/parameter = 121 GB of states, more than 4 x 16 GB: the job gets a GPT-2 model instead
+    assert w.jobs[0].model.startswith("gpt2") and w.fallbacks == 1
+
+
+def test_trace_model_and_tokens_are_kept(tiny_cluster):
+    j = TraceJob("m", 0.0, 2, 100.0, model="gpt2-medium", tokens=123456)
+    w = map_trace([j], tiny_cluster, seed=0, estimator=AnalyticEstimator())
+    assert (w.jobs[0].model, w.jobs[0].tokens) == ("gpt2-medium", 123456.0)
+
+
+def test_reference_gpu_is_the_type_with_most_gpus(tiny_cluster):
+    assert reference_gpu(tiny_cluster) == "A100-80GB"
+
+
+def test_splits_multiply_to_the_count_and_respect_the_model():
+    m = ZOO["gpt2-large"]  # 20 heads, 36 layers
+    tr = default_training(m, 12)
+    got = splits(m, tr, 12, gpus_per_node=8)
+    assert got and all(p.num_gpus == 12 and 20 % p.tp == 0 and 36 % p.pp == 0 and p.tp <= 8 for p in got)
+    assert all(tr.global_batch % p.dp == 0 for p in got)
+
+
+def test_mapping_the_bundled_philly_sample_maps_every_job(tiny_cluster):
+    path, fmt = bundled_traces()["philly-2000"]
+    trace = load_trace(path, fmt)
+    w = map_trace(trace, tiny_cluster, seed=0, estimator=AnalyticEstimator())
+    assert len(w.jobs) == trace.kept
+
+
+def test_default_estimator_mapping_on_sia_cluster():
+    """Integration with the real memory and performance models: the 7B bucket falls back on 16 GB GPUs as needed."""
+    from pathlib import Path
+
+    cluster = load_cluster(Path(__file__).resolve().parents[1] / "sample_clusters" / "sia-64.yaml")
+    w = map_trace(JOBS, cluster, seed=0)
+    assert len(w.jobs) == len(JOBS) and all(j.tokens > 0 for j in w.jobs)
+    table = PlanTable(__import__("frenzy_core.workload").workload.DefaultEstimator(), cluster)
+    for j in w.jobs:
+        plan = table.best(ZOO[j.model], j.training, j.original_gpu_type, j.trace_gpus)
+        assert scale_plan(plan, j.tokens).time_to_train_s == pytest.approx(j.trace_duration_s, rel=1e-9)
