@@ -1,0 +1,207 @@
+"""App latency in a real browser: time to the first full render of each page, and the Model & memory page's update
+after an edit. Targets: every page under 2 s, the memory update under 0.5 s.
+
+Starts `streamlit run app.py` on a free port (own process group, stopped by its PID), drives Debian's Chromium with
+Playwright. A page counts as rendered when its title is on screen and the app reports
+`data-test-script-state="notRunning"` and the browser's main thread has gone idle (requestIdleCallback: charts
+drawn). Per page:
+- `render_s`: clicking its sidebar link to the page fully rendered, the page's first visit in a browser session
+  (median over sessions; the target applies to this);
+- `first_session_s`: the same in the very first session after the server started (Python imports, caches cold);
+- `fresh_load_s`: opening the page's URL in a new browser session without cache, which adds the frontend's own
+  JavaScript boot (about 1-2 s on a 2-core machine, the same for every page).
+
+    .venv/bin/python bench/app_latency.py        # prints a table; the LAST LINE is a JSON object
+
+Last line: {"max_page_s": ..., "memory_update_s": ..., "pages": {page: {"render_s": ..., ...}}, ...}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+PAGES = {"overview": ("", "Frenzy Planner"), "model_memory": ("model_memory", "Model & memory"),
+         "plans": ("plans", "Plans"), "cluster_packing": ("cluster_packing", "Cluster & packing"),
+         "simulation": ("simulation", "Simulation"), "gpu_mix": ("gpu_mix", "GPU mix what-if")}
+PAGE_TARGET_S = 2.0
+MEMORY_TARGET_S = 0.5
+WARM_VISITS = 3
+EDITS = 6
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+METRIC_LABEL = "Per-GPU peak (detailed)"
+METRIC = '[data-testid="stMetric"]:has-text("Per-GPU peak (detailed)") [data-testid="stMetricValue"]'
+
+
+SETTLED_JS = "() => new Promise(r => requestAnimationFrame(() => requestIdleCallback(() => r(true), {timeout: 10000})))"
+
+
+def settle(page) -> None:
+    """Wait until the script is idle and the browser's main thread has finished drawing (charts included)."""
+    page.wait_for_selector(IDLE, timeout=60_000)
+    page.evaluate(SETTLED_JS)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server():
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "streamlit"), "run", "app.py", "--server.headless", "true",
+           "--server.port", str(port), "--browser.gatherUsageStats", "false"]
+    env = {k: v for k, v in os.environ.items() if k != "FRENZY_CLUSTER"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not come up on port {port}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def fresh_load_s(browser, url: str, title: str) -> float:
+    """Seconds from opening the URL in a new browser session (no cache) to the title shown and the script idle.
+    Includes the frontend's own boot (its JavaScript bundle), the same for every page."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = ctx.new_page()
+    try:
+        t0 = time.perf_counter()
+        page.goto(url)
+        page.wait_for_selector(f'h1:has-text("{title}")', timeout=60_000)
+        settle(page)
+        elapsed = time.perf_counter() - t0
+        if page.locator('[data-testid="stException"]').count():
+            raise RuntimeError(f"{url}: the page shows an exception")
+        return elapsed
+    finally:
+        ctx.close()
+
+
+def navigation_s(browser, url: str) -> dict[str, float]:
+    """Seconds from clicking each page's sidebar link to its title shown and the script idle, in one session, each
+    page visited for the first time (its first full render: widgets, core calls, charts)."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = ctx.new_page()
+    out = {}
+    try:
+        page.goto(f"{url}/gpu_mix")  # start elsewhere so that the overview is a real navigation too
+        settle(page)
+        for name, (_, title) in PAGES.items():
+            link_text = "Overview" if name == "overview" else title
+            link = page.locator(f'[data-testid="stSidebarNav"] a:has-text("{link_text}")').first
+            t0 = time.perf_counter()
+            link.click()
+            page.wait_for_selector(f'h1:has-text("{title}")', timeout=60_000)
+            settle(page)
+            out[name] = time.perf_counter() - t0
+            if page.locator('[data-testid="stException"]').count():
+                raise RuntimeError(f"{name}: the page shows an exception")
+        return out
+    finally:
+        ctx.close()
+
+
+def memory_update_s(browser, url: str) -> list[float]:
+    """Seconds from committing a new layer count to the new memory figure shown and the script idle."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = ctx.new_page()
+    try:
+        page.goto(f"{url}/model_memory")
+        page.wait_for_selector(METRIC, timeout=60_000)
+        settle(page)
+        box = page.locator(".st-key-hp_num_layers input")
+        times = []
+        for i in range(EDITS):
+            before = page.locator(METRIC).inner_text()
+            box.fill(str(16 if i % 2 == 0 else 24))
+            t0 = time.perf_counter()
+            box.press("Enter")
+            page.wait_for_function(
+                """([label, old]) => {
+                    const box = [...document.querySelectorAll('[data-testid="stMetric"]')]
+                        .find(e => e.innerText.includes(label));
+                    const v = box && box.querySelector('[data-testid="stMetricValue"]');
+                    const app = document.querySelector('[data-testid="stApp"]');
+                    return v && v.innerText !== old && app.getAttribute('data-test-script-state') === 'notRunning';
+                }""", arg=[METRIC_LABEL, before], timeout=30_000, polling="raf")
+            page.evaluate(SETTLED_JS)
+            times.append(time.perf_counter() - t0)
+        return times
+    finally:
+        ctx.close()
+
+
+def main() -> int:
+    if not Path(CHROMIUM).exists():
+        print(json.dumps({"skipped": f"{CHROMIUM} not found"}))
+        return 0
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print(json.dumps({"skipped": "playwright is not installed"}))
+        return 0
+    pages: dict[str, dict[str, float]] = {}
+    with streamlit_server() as url, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            first = navigation_s(browser, url)  # the first session after the server started: imports included
+            navs = [navigation_s(browser, url) for _ in range(WARM_VISITS)]
+            for name, (path, title) in PAGES.items():
+                fresh = statistics.median(fresh_load_s(browser, f"{url}/{path}", title) for _ in range(2))
+                nav = statistics.median(n[name] for n in navs)
+                pages[name] = {"render_s": round(nav, 3), "first_session_s": round(first[name], 3),
+                               "fresh_load_s": round(fresh, 3)}
+                print(f"{name:16} render {nav:6.3f} s   first session {first[name]:6.3f} s   "
+                      f"fresh browser load {fresh:6.3f} s")
+            edits = memory_update_s(browser, url)
+        finally:
+            browser.close()
+    memory = statistics.median(edits)
+    print(f"{'memory update':16} median {memory:6.3f} s over {len(edits)} edits (max {max(edits):.3f} s)")
+    max_page = max(p["render_s"] for p in pages.values())
+    ok = max_page < PAGE_TARGET_S and memory < MEMORY_TARGET_S
+    print(f"targets: pages < {PAGE_TARGET_S} s, memory update < {MEMORY_TARGET_S} s -> {'met' if ok else 'MISSED'}")
+    print(json.dumps({"max_page_s": round(max_page, 3), "memory_update_s": round(memory, 3),
+                      "max_first_session_s": max(p["first_session_s"] for p in pages.values()),
+                      "max_fresh_load_s": max(p["fresh_load_s"] for p in pages.values()),
+                      "memory_update_max_s": round(max(edits), 3), "pages": pages,
+                      "targets": {"page_s": PAGE_TARGET_S, "memory_update_s": MEMORY_TARGET_S}, "met": ok}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

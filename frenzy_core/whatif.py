@@ -1,0 +1,90 @@
+"""Procurement what-ifs: today's cluster plus N GPUs of a type, what a cluster costs per hour, and which candidates
+are on the cost / job-completion-time frontier.
+
+Pure functions on Cluster values; the GPU-mix page simulates each candidate and plots the frontier.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from frenzy_core.cluster import DEFAULT_NETWORK_GBIT_S, Cluster, Node
+from frenzy_core.errors import SpecError
+
+DEFAULT_GPUS_PER_NODE = 8  # the standard 8-GPU HGX / OVX server shape
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
+
+
+def add_gpus(cluster: Cluster, gpu_type: str, count: int, gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> Cluster:
+    """`cluster` plus `count` GPUs of `gpu_type` in new nodes of `gpus_per_node` (the last node takes the remainder).
+
+    New nodes copy the network link of the cluster's existing nodes of that type (else the 100 Gbit/s default) and
+    are named `<type>-new-<i>`, skipping names already taken. The input cluster is not changed.
+
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> c = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8}]")
+    >>> bigger = add_gpus(c, "L40S", 12)
+    >>> [(n.name, n.gpu_type, n.num_gpus) for n in bigger.nodes]
+    [('a', 'A100-80GB', 8), ('l40s-new-0', 'L40S', 8), ('l40s-new-1', 'L40S', 4)]
+    """
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise SpecError("count", f"GPUs to add must be a whole number >= 0, got {count!r}")
+    if not isinstance(gpus_per_node, int) or gpus_per_node <= 0:
+        raise SpecError("gpus_per_node", f"must be a positive integer, got {gpus_per_node!r}")
+    if gpu_type not in cluster.type_table:
+        raise SpecError("gpu_type", f"unknown GPU type {gpu_type!r}; choose one of: {', '.join(cluster.type_table)}")
+    if count == 0:
+        return cluster
+    same = [n for n in cluster.nodes if n.gpu_type == gpu_type]
+    network = same[0].network_gbit_s if same else DEFAULT_NETWORK_GBIT_S
+    taken = {n.name for n in cluster.nodes}
+    new: list[Node] = []
+    i = 0
+    for k in range(math.ceil(count / gpus_per_node)):
+        while f"{_slug(gpu_type)}-new-{i}" in taken:
+            i += 1
+        name = f"{_slug(gpu_type)}-new-{i}"
+        taken.add(name)
+        new.append(Node(name=name, gpu_type=gpu_type, num_gpus=min(gpus_per_node, count - k * gpus_per_node),
+                        network_gbit_s=network))
+    return cluster.model_copy(update={"nodes": cluster.nodes + tuple(new)})
+
+
+def cluster_cost_per_hour(cluster: Cluster) -> float:
+    """US$ per hour to run every GPU of the cluster at its type's catalog (or user-defined) price.
+
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> round(cluster_cost_per_hour(parse_cluster_yaml("nodes: [{name: a, gpu_type: L40S, num_gpus: 8}]")), 2)
+    8.0
+    """
+    return float(sum(n.num_gpus * cluster.gpu(n.gpu_type).price_per_hour_usd for n in cluster.nodes))
+
+
+def added_cost_per_hour(cluster: Cluster, gpu_type: str, count: int) -> float:
+    """US$ per hour of `count` more GPUs of `gpu_type` at the cluster's price for that type."""
+    if gpu_type not in cluster.type_table:
+        raise SpecError("gpu_type", f"unknown GPU type {gpu_type!r}; choose one of: {', '.join(cluster.type_table)}")
+    return float(count * cluster.gpu(gpu_type).price_per_hour_usd)
+
+
+def pareto_front(costs: Sequence[float], times: Sequence[float]) -> list[bool]:
+    """Which candidates no other candidate beats on both cost and time (lower is better on both).
+
+    A candidate is dominated when another costs no more and is no slower, and is strictly better on one of the two.
+
+    >>> pareto_front([10, 20, 30, 25], [5.0, 3.0, 1.0, 4.0])
+    [True, True, True, False]
+    """
+    if len(costs) != len(times):
+        raise SpecError("times", f"need one time per cost, got {len(times)} times for {len(costs)} costs")
+    points = list(zip(costs, times, strict=True))
+    front = []
+    for i, (c, t) in enumerate(points):
+        dominated = any(c2 <= c and t2 <= t and (c2 < c or t2 < t) for j, (c2, t2) in enumerate(points) if j != i)
+        front.append(not dominated)
+    return front

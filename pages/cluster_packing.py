@@ -1,0 +1,254 @@
+"""Cluster & packing: edit the cluster as a table or YAML, then submit jobs by model only and watch HAS place them on
+a node x GPU grid; release jobs; see free capacity per GPU type."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from frenzy_core.allocation import empty_allocation, free_by_type, release, submit
+from frenzy_core.cluster import cluster_from_dict, cluster_to_yaml, load_cluster, parse_cluster_yaml
+from frenzy_core.errors import SpecError
+from frenzy_core.gpus import CATALOG
+from frenzy_core.models import ZOO
+from frenzy_core.workload import default_training
+from pages import common
+
+common.page_setup()
+
+ss = st.session_state
+NODE_COLUMNS = ["name", "gpu_type", "num_gpus", "intra_link", "intra_link_gbyte_s", "network_gbit_s"]
+JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+               "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
+FREE_COLOUR = "#eceff1"
+
+
+def nodes_frame(cluster) -> pd.DataFrame:
+    rows = [{k: getattr(n, k) for k in NODE_COLUMNS} for n in cluster.nodes]
+    return pd.DataFrame(rows, columns=NODE_COLUMNS)
+
+
+def rows_from_frame(frame: pd.DataFrame) -> list[dict]:
+    """Editor rows -> node mappings: empty cells dropped (so defaults apply), whole floats back to ints."""
+    rows = []
+    for rec in frame.to_dict("records"):
+        row = {}
+        for k, v in rec.items():
+            if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
+                continue
+            if k == "num_gpus" and isinstance(v, float) and v.is_integer():
+                v = int(v)
+            row[k] = v
+        if row:
+            rows.append(row)
+    return rows
+
+
+def load_text(text: str, source: str) -> None:
+    """A pasted or uploaded YAML becomes the cluster, or ss.cluster_error says which field to fix."""
+    try:
+        cluster = parse_cluster_yaml(text, source=source)
+    except SpecError as err:
+        ss.cluster_error = err
+        return
+    ss.cluster_error = None
+    common.set_cluster(cluster, source)
+
+
+def on_sample() -> None:
+    path = common.sample_clusters()[ss.cl_sample]
+    try:
+        common.set_cluster(load_cluster(path), str(path.relative_to(common.ROOT)))
+        ss.cluster_error = None
+    except SpecError as err:
+        ss.cluster_error = err
+
+
+def on_upload() -> None:
+    up = ss.get("cl_upload")
+    if up is not None:
+        load_text(up.getvalue().decode("utf-8", errors="replace"), up.name)
+
+
+def on_paste() -> None:
+    load_text(ss.get("cl_yaml_text", ""), "pasted YAML")
+
+
+def on_submit() -> None:
+    cluster, name = common.cluster(), ss.pack_model
+    model = ZOO[name]
+    n = ss.get("pack_counter", 0) + 1
+    job_id = f"job-{n}"
+    try:
+        plans = common.ranked_plans(model.model_dump_json(), default_training(model).model_dump_json(),
+                                    cluster.model_dump_json())
+        alloc, job = submit(cluster, ss.allocation, job_id, name, plans.plans)
+    except SpecError as err:
+        ss.pack_msg = ("error", str(err))
+        return
+    ss.pack_counter = n
+    if job is not None:
+        ss.allocation = alloc
+        nodes = ", ".join(f"{cluster.nodes[i].name} ({k})" for i, k in job.placement.nodes)
+        ss.pack_msg = ("success", f"{job_id} ({name}) placed: {job.plan.label()} on {nodes}.")
+    elif not len(plans.plans):
+        ss.pack_msg = ("error", f"{job_id} ({name}) cannot run on this cluster: {plans.explanation}")
+    else:
+        ss.pack_msg = ("warning", f"{job_id} ({name}) waits: none of its {len(plans.plans)} feasible plans fits "
+                                  "the free GPUs now. Release a job or add nodes.")
+
+
+def on_release(key: str) -> None:
+    job_id = ss.get(key)
+    if job_id:
+        ss.allocation = release(ss.allocation, job_id)
+        ss.pack_msg = ("info", f"{job_id} released.")
+
+
+def on_release_all() -> None:
+    ss.allocation = empty_allocation(common.cluster())
+    ss.pack_msg = ("info", "All jobs released.")
+
+
+st.title("Cluster & packing")
+cluster = common.cluster()
+
+# --- load / save ----------------------------------------------------------------------------------------------------
+c1, c2, c3 = st.columns([2, 2, 1.2], vertical_alignment="bottom")
+samples = common.sample_clusters()
+with c1:
+    st.selectbox("Sample cluster", list(samples), key="cl_sample",
+                 index=list(samples).index(cluster.name) if cluster.name in samples else 0)
+    st.button("Load sample", key="cl_load_sample", on_click=on_sample)
+with c2:
+    st.file_uploader("Upload cluster YAML", type=["yaml", "yml"], key="cl_upload", on_change=on_upload)
+with c3:
+    st.download_button("Download YAML", cluster_to_yaml(cluster), file_name=f"{cluster.name}.yaml",
+                       mime="application/x-yaml", key="cl_download", icon=":material/download:")
+with st.expander("Paste cluster YAML"):
+    st.text_area("YAML", key="cl_yaml_text", height=160, placeholder="name: my-cluster\nnodes:\n  - {name: a100, "
+                 "gpu_type: A100-80GB, num_gpus: 8, count: 2}")
+    st.button("Apply YAML", key="cl_yaml_apply", on_click=on_paste)
+if ss.get("cluster_error") is not None:
+    common.show_error(ss.cluster_error, "cluster")
+
+# --- the node table -------------------------------------------------------------------------------------------------
+editor_key = f"cl_editor_{ss.cluster_version}"
+if editor_key not in ss or "cl_base" not in ss:
+    ss.cl_base = nodes_frame(cluster)
+    ss.cl_name = cluster.name
+st.subheader("Nodes", anchor=False)
+st.text_input("Cluster name", key="cl_name")
+types = list(dict.fromkeys([*CATALOG, *(g.name for g in cluster.gpu_types)]))
+edited = st.data_editor(
+    ss.cl_base, key=editor_key, num_rows="dynamic", hide_index=True, width="stretch",
+    column_config={
+        "name": st.column_config.TextColumn("name", help="unique node name"),
+        "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True),
+        "num_gpus": st.column_config.NumberColumn("GPUs", min_value=1, max_value=64, step=1, required=True),
+        "intra_link": st.column_config.SelectboxColumn("intra-node link", options=["nvlink", "pcie",
+                                                                                    "infinity-fabric"],
+                                                       help="empty = the GPU type's usual link"),
+        "intra_link_gbyte_s": st.column_config.NumberColumn("link GB/s per GPU", min_value=0.0,
+                                                            help="empty = the GPU type's figure"),
+        "network_gbit_s": st.column_config.NumberColumn("network Gbit/s", min_value=0.0),
+    },
+)
+data = {"name": ss.cl_name or "cluster", "description": cluster.description,
+        "gpu_types": [g.model_dump() for g in cluster.gpu_types], "nodes": rows_from_frame(edited)}
+try:
+    table_cluster = cluster_from_dict(data, source="node table")
+except SpecError as err:
+    common.show_error(err, "node table")
+    st.caption("The cluster stays as it was until the table is valid.")
+else:
+    if table_cluster != cluster:
+        ss.cluster = cluster = table_cluster
+counts = " · ".join(f"{n} × {g}" for g, n in cluster.gpus_by_type().items())
+st.caption(f"**{cluster.name}**: {len(cluster.nodes)} nodes, {cluster.total_gpus} GPUs ({counts}); "
+           f"${sum(n.num_gpus * cluster.gpu(n.gpu_type).price_per_hour_usd for n in cluster.nodes):,.2f}/h "
+           "at catalog prices.")
+
+# --- packing --------------------------------------------------------------------------------------------------------
+st.subheader("Packing with HAS", anchor=False)
+if ss.get("allocation") is None or len(ss.allocation.owner) != len(cluster.nodes) or any(
+        len(o) != n.num_gpus for o, n in zip(ss.allocation.owner, cluster.nodes, strict=True)):
+    if ss.get("allocation") is not None and ss.allocation.jobs:
+        ss.pack_msg = ("info", "The cluster changed, so its placements were cleared.")
+    ss.allocation = empty_allocation(cluster)
+alloc = ss.allocation
+
+c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
+with c1:
+    st.selectbox("Submit a job: model", list(ZOO), key="pack_model",
+                 index=list(ZOO).index("llama-2-7b"),
+                 help="By model only: HAS picks the GPU type, the count and the split from the ranked plans "
+                      "(the simulator's training setup: bf16, global batch 384, micro-batch 1).")
+    st.button("Submit", key="pack_submit", on_click=on_submit, type="primary")
+with c2:
+    placed = [j.job_id for j in alloc.jobs]
+    release_key = f"pack_release_{'_'.join(placed)}"  # a new widget whenever the placed jobs change
+    st.selectbox("Release a job", placed, key=release_key, index=0 if placed else None,
+                 placeholder="no jobs placed", disabled=not placed)
+    st.button("Release", key="pack_release_btn", on_click=on_release, args=(release_key,), disabled=not placed)
+with c3:
+    st.button("Release all", key="pack_release_all", on_click=on_release_all, disabled=not placed)
+if ss.get("pack_msg"):
+    kind, text = ss.pack_msg
+    getattr(st, kind)(text)
+
+# node x GPU grid coloured by job
+colour = {j.job_id: JOB_COLOURS[i % len(JOB_COLOURS)] for i, j in enumerate(alloc.jobs)}
+by_id = {j.job_id: j for j in alloc.jobs}
+width = max(n.num_gpus for n in cluster.nodes)
+code = {j.job_id: i + 1 for i, j in enumerate(alloc.jobs)}  # 0 = free, k = the k-th job
+z, texts, hovers = [], [], []
+for ni, node in enumerate(cluster.nodes):
+    row_z, row_t, row_h = [], [], []
+    for k in range(width):
+        owner = alloc.owner[ni][k] if k < node.num_gpus else None
+        row_z.append(None if k >= node.num_gpus else code.get(owner, 0))
+        row_t.append(owner.replace("job-", "") if owner else "")
+        row_h.append("" if k >= node.num_gpus else f"{node.name} GPU {k} ({node.gpu_type})<br>" + (
+            f"{owner}: {by_id[owner].model}, {by_id[owner].plan.label()}" if owner else "free"))
+    z.append(row_z)
+    texts.append(row_t)
+    hovers.append(row_h)
+n_codes = len(alloc.jobs) + 1
+palette = [FREE_COLOUR] + [colour[j.job_id] for j in alloc.jobs]
+scale = [] if n_codes > 1 else [[0, FREE_COLOUR], [1, FREE_COLOUR]]
+for i, c in enumerate(palette if n_codes > 1 else []):  # a stepped scale: one flat band per code
+    scale += [[i / n_codes, c], [(i + 1) / n_codes, c]]
+fig = go.Figure(go.Heatmap(
+    z=z, x=list(range(width)), y=[n.name for n in cluster.nodes], text=texts, texttemplate="%{text}",
+    hovertext=hovers, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5, showscale=False,
+    xgap=3, ygap=3, textfont=dict(color="white", size=11)))
+for job in alloc.jobs:  # legend entries, one per job
+    fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
+                    marker=dict(symbol="square", size=12, color=colour[job.job_id]))
+fig.update_layout(height=max(220, 30 * len(cluster.nodes) + 110), margin=dict(l=10, r=10, t=40, b=10),
+                  xaxis=dict(title="GPU slot", tickmode="linear", dtick=1), plot_bgcolor="white",
+                  yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.2),
+                  title="Nodes × GPUs (colour = job, grey = free)")
+left, right = st.columns([2.2, 1])
+with left:
+    st.plotly_chart(fig, key="pack_grid", width="stretch")
+with right:
+    caps = free_by_type(cluster, alloc)
+    cap_fig = go.Figure()
+    cap_fig.add_bar(name="used", x=list(caps), y=[t - f for f, t in caps.values()], marker_color="#5c6bc0")
+    cap_fig.add_bar(name="free", x=list(caps), y=[f for f, _ in caps.values()], marker_color="#b0bec5")
+    cap_fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=30, b=10), title="GPUs per type",
+                          legend=dict(orientation="h", y=-0.2))
+    st.plotly_chart(cap_fig, key="pack_capacity", width="stretch")
+    st.dataframe(pd.DataFrame([{"GPU type": g, "free": f, "total": t} for g, (f, t) in caps.items()]),
+                 hide_index=True, width="stretch")
+if alloc.jobs:
+    st.dataframe(pd.DataFrame([{
+        "job": j.job_id, "model": j.model, "GPU type": j.plan.gpu_type, "d": j.plan.dp, "t": j.plan.tp,
+        "p": j.plan.pp, "GPUs": j.plan.num_gpus, "GiB/GPU": round(common.gib(j.plan.memory_bytes), 1),
+        "nodes": ", ".join(cluster.nodes[i].name for i, _ in j.placement.nodes),
+    } for j in alloc.jobs]), hide_index=True, width="stretch")

@@ -1,0 +1,239 @@
+"""What every page shares: session state set up once, cached calls into frenzy_core, and error display.
+
+Not a page (app.py lists the pages explicitly). No domain logic: this module only moves values between widgets,
+st.session_state and frenzy_core. Canonical values live under plain keys (`model`, `training`, `par`, `cluster`);
+widgets use their own keys and are re-seeded from the canonical values when a page is opened again, so a bad
+widget value never replaces the last good spec.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from pathlib import Path
+
+import streamlit as st
+
+from frenzy_core.cluster import Cluster, load_cluster
+from frenzy_core.errors import SpecError
+from frenzy_core.gpus import GIB
+from frenzy_core.models import ZOO, ModelSpec
+from frenzy_core.training import Parallelism, TrainingSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_DIR = ROOT / "sample_clusters"
+DEFAULT_CLUSTER_PATH = SAMPLE_DIR / "modern-mixed.yaml"
+
+# First-open defaults: a 7B model split so that it fits an 80 GB GPU, the batch a 7B run commonly uses.
+DEFAULT_MODEL = "llama-2-7b"
+DEFAULT_TRAINING = dict(seq_len=2048, global_batch=64, micro_batch=1, precision="bf16-master")
+DEFAULT_PAR = Parallelism(dp=2, tp=4, pp=1)
+
+PAGES = {
+    "overview": ("pages/overview.py", "Overview", ":material/home:"),
+    "model": ("pages/model_memory.py", "Model & memory", ":material/memory:"),
+    "plans": ("pages/plans.py", "Plans", ":material/grid_on:"),
+    "cluster": ("pages/cluster_packing.py", "Cluster & packing", ":material/dns:"),
+    "simulation": ("pages/simulation.py", "Simulation", ":material/timeline:"),
+    "whatif": ("pages/gpu_mix.py", "GPU mix what-if", ":material/shopping_cart:"),
+}
+
+
+# Modules the heavier pages need (scipy/pandas behind the simulator, the memory and plan models, plotly), imported
+# once per server process in the background while the first page renders, so no page pays for them on first open.
+WARM_MODULES = ("plotly.graph_objects", "frenzy_core.memory", "frenzy_core.plans", "frenzy_core.traces",
+                "frenzy_core.simulate", "frenzy_core.allocation", "frenzy_core.whatif", "frenzy_core.timeline")
+
+
+def _warm_imports() -> None:
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a missing optional module shows on its page, not here
+            pass
+
+
+threading.Thread(target=_warm_imports, name="frenzy-warm-imports", daemon=True).start()
+
+
+def sample_clusters() -> dict[str, Path]:
+    """The bundled sample cluster files, name -> path."""
+    return {p.stem: p for p in sorted(SAMPLE_DIR.glob("*.yaml"))}
+
+
+def _default_cluster() -> tuple[Cluster, str, str | None]:
+    """FRENZY_CLUSTER (a YAML path) if set and valid, else the bundled modern-mixed sample."""
+    env = os.environ.get("FRENZY_CLUSTER")
+    if env:
+        try:
+            return load_cluster(env), env, None
+        except SpecError as err:
+            warning = f"FRENZY_CLUSTER={env} could not be loaded ({err}); using the bundled modern-mixed sample."
+            return load_cluster(DEFAULT_CLUSTER_PATH), str(DEFAULT_CLUSTER_PATH.relative_to(ROOT)), warning
+    return load_cluster(DEFAULT_CLUSTER_PATH), str(DEFAULT_CLUSTER_PATH.relative_to(ROOT)), None
+
+
+def init_state() -> None:
+    """Set every canonical value once per browser session (app.py calls this on every run; it is idempotent)."""
+    ss = st.session_state
+    if "model" not in ss:
+        ss.model = ZOO[DEFAULT_MODEL]
+        ss.model_base = DEFAULT_MODEL
+    if "training" not in ss:
+        ss.training = TrainingSpec(**DEFAULT_TRAINING)
+    if "par" not in ss:
+        ss.par = DEFAULT_PAR
+    if "cluster" not in ss:
+        cluster, source, warning = _default_cluster()
+        ss.cluster = cluster
+        ss.cluster_source = source
+        ss.cluster_warning = warning
+        ss.cluster_version = 0  # bumped whenever a new cluster is loaded, so editors and packing start afresh
+
+
+def page_setup() -> None:
+    """Every page calls this first. While a `pages/` folder exists, Streamlit runs a page URL's file on its own
+    (its old multipage convention) until the first st.navigation call of the process. A brand-new session that
+    arrives that way (a fresh server's first request for /plans, say) is sent through app.py, the router, so it gets
+    its state, navigation and sidebar; a session that already has its state just carries on (nothing is lost)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        if "model" not in st.session_state:
+            st.rerun()
+    init_state()
+
+
+def set_cluster(cluster: Cluster, source: str) -> None:
+    """Replace the current cluster (a loaded sample, an uploaded or pasted YAML); packing state starts afresh."""
+    st.session_state.cluster = cluster
+    st.session_state.cluster_source = source
+    st.session_state.cluster_version = st.session_state.get("cluster_version", 0) + 1
+    st.session_state.pop("allocation", None)
+
+
+def model() -> ModelSpec:
+    return st.session_state.model
+
+
+def training() -> TrainingSpec:
+    return st.session_state.training
+
+
+def par() -> Parallelism:
+    return st.session_state.par
+
+
+def cluster() -> Cluster:
+    return st.session_state.cluster
+
+
+GIB_FLOAT = float(GIB)
+
+
+def gib(n: float) -> float:
+    return float(n) / GIB
+
+
+def fmt_params(n: int) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.2f}{unit}"
+    return str(n)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def ranked_plans(model_json: str, training_json: str, cluster_json: str, objective: str = "time",
+                 tokens: float = 1e10, method: str = "detailed", safety_margin: float = 0.10):
+    """frenzy_core.plans.rank_plans, cached on the JSON of the specs (pydantic values hash through their JSON)."""
+    from frenzy_core.plans import rank_plans
+
+    return rank_plans(ModelSpec.model_validate_json(model_json), TrainingSpec.model_validate_json(training_json),
+                      Cluster.model_validate_json(cluster_json), objective=objective, tokens=tokens, method=method,
+                      safety_margin=safety_margin)
+
+
+def show_error(err: Exception, what: str = "") -> None:
+    """One st.error line for bad input: the SpecError already names the field and the fix."""
+    prefix = f"{what}: " if what else ""
+    st.error(f"{prefix}{err}", icon=":material/error:")
+
+
+def fill_sidebar(container) -> None:
+    """The current model and cluster, shown on every page (filled after the page ran, so it is never stale)."""
+    m, c, t, p = model(), cluster(), training(), par()
+    with container:
+        st.markdown("**Current model**")
+        st.caption(f"{m.name} · {fmt_params(m.parameter_count())} parameters · seq {t.seq_len} · "
+                   f"batch {t.global_batch} (micro {t.micro_batch}) · {t.precision} · d={p.dp} t={p.tp} p={p.pp}")
+        st.markdown("**Current cluster**")
+        counts = ", ".join(f"{n} × {g}" for g, n in c.gpus_by_type().items())
+        st.caption(f"{c.name} · {len(c.nodes)} nodes · {c.total_gpus} GPUs ({counts})")
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def load_trace_cached(source: str, fmt: str, limit: int | None):
+    """frenzy_core.traces.load_trace on a path or the file's text, cached (a Trace is a plain picklable value)."""
+    from frenzy_core.traces import load_trace
+
+    return load_trace(source, fmt, limit=limit)
+
+
+def trace_picker(prefix: str, default_limit: int = 200):
+    """Widgets to choose a bundled trace or upload / paste one, plus a job limit. Returns the Trace or None.
+
+    A file that is not the format shows an st.error and the last good trace of this picker stays in use; rows the
+    loader skipped are listed in an st.warning.
+    """
+    from frenzy_core.traces import LOADERS, bundled_traces
+
+    ss = st.session_state
+    bundled = bundled_traces()
+    c1, c2 = st.columns([3, 1])
+    kind = c1.radio("Trace", ["bundled sample", "upload or paste"], horizontal=True, key=f"{prefix}_kind")
+    limit = c2.number_input("first N jobs", min_value=1, max_value=100_000, value=default_limit, step=50,
+                            key=f"{prefix}_limit", help="the N earliest-arriving jobs")
+    label = ""
+    try:
+        if kind == "bundled sample":
+            names = list(bundled)
+            name = st.selectbox("Bundled trace", names, index=names.index("philly-2000") if "philly-2000" in names
+                                else 0, key=f"{prefix}_bundled")
+            path, fmt = bundled[name]
+            trace = load_trace_cached(str(path), fmt, int(limit))
+            label = name
+        else:
+            c1, c2 = st.columns([1, 3])
+            fmt = c1.selectbox("Format", list(LOADERS), key=f"{prefix}_fmt")
+            upload = c2.file_uploader("Upload a trace file", key=f"{prefix}_upload")
+            pasted = st.text_area("…or paste the file's text", key=f"{prefix}_paste", height=120,
+                                  placeholder="timestamp,duration,num_gpus,gpu_time,cluster\n"
+                                              "2017-10-09 00:01:56,66.0,1,66.0,11cb48")
+            if upload is not None:
+                text, label = upload.getvalue().decode("utf-8", errors="replace"), upload.name
+            elif pasted.strip():
+                text, label = pasted, "pasted trace"
+            else:
+                st.info("Upload a file or paste its text; until then the last loaded trace is used.")
+                return ss.get(f"{prefix}_trace")
+            trace = load_trace_cached(text if "\n" in text else text + "\n", fmt, int(limit))
+    except SpecError as err:
+        show_error(err, "trace")
+        last = ss.get(f"{prefix}_trace")
+        if last is not None:
+            st.caption(f"Still using the last good trace: {last.summary()}")
+        return last
+    if not trace.jobs:
+        show_error(SpecError("trace", "no valid job rows; check the format matches the file"), "trace")
+        return ss.get(f"{prefix}_trace")
+    ss[f"{prefix}_trace"] = trace
+    ss[f"{prefix}_trace_label"] = label
+    st.caption(trace.summary())
+    if trace.skipped:
+        shown = "; ".join(f"row {p.row}: {p.reason}" for p in trace.skipped[:5])
+        more = f" (and {len(trace.skipped) - 5} more)" if len(trace.skipped) > 5 else ""
+        st.warning(f"Skipped {len(trace.skipped)} malformed row(s): {shown}{more}. Fix them in the file to keep "
+                   "those jobs.", icon=":material/warning:")
+    return trace

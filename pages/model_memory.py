@@ -1,0 +1,249 @@
+"""Model & memory: pick or edit a model (or paste a Hugging Face config.json), set the training setup and the split,
+and see the per-GPU memory by component, detailed beside the paper's method, against each GPU type's capacity."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from frenzy_core.errors import SpecError
+from frenzy_core.gpus import CATALOG
+from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, model_from_hf_config
+from frenzy_core.training import Parallelism, check_parallelism, make_training
+from pages import common
+
+common.page_setup()
+
+ss = st.session_state
+
+# Hyperparameters a user edits; the rest (qkv_bias, expert_ffn_size) follow the base model.
+INT_FIELDS = {
+    "vocab_size": "vocabulary size V", "hidden_size": "hidden size h", "num_layers": "layers l",
+    "num_heads": "attention heads a", "num_kv_heads": "KV heads (GQA)", "ffn_size": "MLP inner width",
+    "max_positions": "max positions", "num_experts": "experts (0 = dense)", "moe_top_k": "experts per token",
+}
+CHOICE_FIELDS = {
+    "mlp_kind": ("MLP", ["gelu", "swiglu"]), "position_kind": ("positions", ["learned", "rotary"]),
+    "norm_kind": ("norm", ["layernorm", "rmsnorm"]),
+}
+BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "biases on linear layers"}
+TRAINING_FIELDS = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
+                   "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout")
+CUSTOM = "(config.json)"
+
+
+def resolved(spec: ModelSpec) -> dict:
+    """The editable fields with defaults spelled out (None KV heads -> a, None MLP width -> 4h)."""
+    values = {f: getattr(spec, f) for f in (*INT_FIELDS, *CHOICE_FIELDS, *BOOL_FIELDS)}
+    values["num_kv_heads"] = spec.kv_heads
+    values["ffn_size"] = spec.ffn
+    return values
+
+
+def seed_model_widgets(spec: ModelSpec) -> None:
+    for field, value in resolved(spec).items():
+        ss[f"hp_{field}"] = value
+
+
+def seed_training_widgets() -> None:
+    t, p = common.training(), common.par()
+    for field in TRAINING_FIELDS:
+        ss[f"tr_{field}"] = getattr(t, field)
+    ss.par_dp, ss.par_tp, ss.par_pp = p.dp, p.tp, p.pp
+
+
+def on_zoo_pick() -> None:
+    name = ss.zoo_pick
+    if name in ZOO:
+        ss.base_spec = ZOO[name]
+        ss.model_base = name
+        seed_model_widgets(ZOO[name])
+
+
+def apply_hf_config(text: str, name: str | None = None) -> None:
+    """Parse a pasted or uploaded config.json; on success it becomes the base model, else ss.hf_error says why."""
+    ss.hf_error = None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        ss.hf_error = SpecError("config.json", f"not valid JSON (line {err.lineno}: {err.msg}); paste the file's "
+                                "whole text")
+        return
+    try:
+        spec = model_from_hf_config(config, name=name)
+    except SpecError as err:
+        ss.hf_error = err
+        return
+    ss.base_spec = spec
+    ss.model_base = CUSTOM
+    ss.zoo_pick = CUSTOM
+    seed_model_widgets(spec)
+
+
+def on_hf_paste() -> None:
+    apply_hf_config(ss.get("hf_text", ""), name=(ss.get("hf_name") or None))
+
+
+def on_hf_upload() -> None:
+    upload = ss.get("hf_upload")
+    if upload is not None:
+        apply_hf_config(upload.getvalue().decode("utf-8", errors="replace"), name=upload.name.rsplit(".", 1)[0])
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def memory_breakdowns(model_json: str, training_json: str, dp: int, tp: int, pp: int) -> dict:
+    """{method: (components GiB, total GiB, peak phase)} for the detailed and the paper method."""
+    from frenzy_core.memory import predict_memory  # imported here: the page still opens if memory is missing
+    from frenzy_core.models import ModelSpec as _M
+    from frenzy_core.training import TrainingSpec as _T
+
+    m, t = _M.model_validate_json(model_json), _T.model_validate_json(training_json)
+    out = {}
+    for method in ("detailed", "paper"):
+        mem = predict_memory(m, t, Parallelism(dp=dp, tp=tp, pp=pp), method=method)
+        out[method] = ({k: common.gib(v) for k, v in mem.components().items()}, common.gib(mem.total_bytes),
+                       mem.peak_phase)
+    return out
+
+
+# --- state seeding: once per visit to this page --------------------------------------------------------------------
+if "base_spec" not in ss:
+    ss.base_spec = ZOO.get(ss.model_base, common.model())
+if "zoo_pick" not in ss:
+    ss.zoo_pick = ss.model_base if ss.model_base in ZOO else CUSTOM
+if "hp_hidden_size" not in ss:
+    seed_model_widgets(common.model())
+if "tr_seq_len" not in ss:
+    seed_training_widgets()
+
+st.title("Model & memory")
+errors: list[tuple[str, Exception]] = []
+left, right = st.columns([1, 1.35], gap="large")
+
+with left:
+    st.subheader("Model", anchor=False)
+    tab_zoo, tab_hf = st.tabs(["Zoo & hyperparameters", "Hugging Face config.json"])
+    with tab_hf:
+        st.file_uploader("Upload a config.json", type=["json"], key="hf_upload", on_change=on_hf_upload)
+        st.text_input("Name (optional)", key="hf_name", placeholder="e.g. my-llama")
+        st.text_area("…or paste config.json", key="hf_text", height=140,
+                     placeholder='{"model_type": "llama", "hidden_size": 4096, ...}')
+        st.button("Use this config", key="hf_apply", on_click=on_hf_paste)
+        st.caption(f"Supported model_type: {', '.join(SUPPORTED_MODEL_TYPES)}. Read locally, never fetched.")
+        if ss.get("hf_error") is not None:
+            errors.append(("config.json", ss.hf_error))
+    with tab_zoo:
+        options = list(ZOO) + ([CUSTOM] if ss.zoo_pick == CUSTOM else [])
+        st.selectbox("Model", options, key="zoo_pick", on_change=on_zoo_pick,
+                     format_func=lambda n: f"{n} ({common.fmt_params(ZOO[n].parameter_count())})" if n in ZOO
+                     else f"{ss.base_spec.name} (from config.json)")
+        cols = st.columns(3)
+        for i, (field, label) in enumerate(INT_FIELDS.items()):
+            cols[i % 3].number_input(label, min_value=0 if field == "num_experts" else 1, step=1, key=f"hp_{field}")
+        cols = st.columns(3)
+        for i, (field, (label, choices)) in enumerate(CHOICE_FIELDS.items()):
+            cols[i].selectbox(label, choices, key=f"hp_{field}")
+        cols = st.columns(2)
+        for i, (field, label) in enumerate(BOOL_FIELDS.items()):
+            cols[i].checkbox(label, key=f"hp_{field}")
+
+    st.subheader("Training setup", anchor=False)
+    c1, c2, c3 = st.columns(3)
+    c1.number_input("sequence length", min_value=1, step=256, key="tr_seq_len")
+    c2.number_input("global batch", min_value=1, step=1, key="tr_global_batch",
+                    help="samples per optimizer step over all replicas")
+    c3.number_input("micro-batch", min_value=1, step=1, key="tr_micro_batch", help="samples per forward/backward")
+    c1.selectbox("precision", ["bf16-master", "amp", "fp32"], key="tr_precision")
+    c2.selectbox("optimizer", ["adamw", "adamw-fused", "sgd"], key="tr_optimizer")
+    c3.selectbox("ZeRO stage", [0, 1, 2, 3], key="tr_zero_stage")
+    c1.selectbox("recomputation", ["none", "selective", "full"], key="tr_recompute")
+    c2.selectbox("attention", ["flash", "eager"], key="tr_attention")
+    c3.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key="tr_dropout")
+    c1.checkbox("distributed optimizer", key="tr_distributed_optimizer")
+    c2.checkbox("sequence parallel", key="tr_sequence_parallel")
+    st.markdown("**Split** (data × tensor × pipeline)")
+    c1, c2, c3 = st.columns(3)
+    c1.number_input("d (data)", min_value=1, step=1, key="par_dp")
+    c2.number_input("t (tensor)", min_value=1, step=1, key="par_tp")
+    c3.number_input("p (pipeline)", min_value=1, step=1, key="par_pp")
+
+# --- widgets -> specs; a bad value shows an error and the last good spec stays ----------------------------------------
+base: ModelSpec = ss.base_spec
+edited = {f: ss[f"hp_{f}"] for f in resolved(base)}
+fields = base.model_dump() | edited
+if edited != resolved(base):
+    fields["name"] = f"{base.name} (edited)"
+else:
+    fields["name"] = base.name
+new_model = new_training = new_par = None
+try:
+    new_model = make_model(**fields)
+except SpecError as err:
+    errors.append(("model", err))
+try:
+    new_training = make_training(**{f: ss[f"tr_{f}"] for f in TRAINING_FIELDS})
+except SpecError as err:
+    errors.append(("training", err))
+if new_model is not None and new_training is not None:
+    new_par = Parallelism(dp=int(ss.par_dp), tp=int(ss.par_tp), pp=int(ss.par_pp))
+    try:
+        check_parallelism(new_model, new_training, new_par)
+        ss.model, ss.training, ss.par = new_model, new_training, new_par
+    except SpecError as err:
+        errors.append(("split", err))
+elif new_model is not None:
+    try:
+        check_parallelism(new_model, common.training(), common.par())
+        ss.model = new_model
+    except SpecError as err:
+        errors.append(("split", err))
+
+with right:
+    for what, err in errors:
+        common.show_error(err, what)
+    if errors:
+        st.caption("Showing the last valid setup until the value above is fixed.")
+    m, t, p = common.model(), common.training(), common.par()
+    try:
+        result = memory_breakdowns(m.model_dump_json(), t.model_dump_json(), p.dp, p.tp, p.pp)
+    except SpecError as err:
+        common.show_error(err, "memory")
+        st.stop()
+    detailed, paper = result["detailed"], result["paper"]
+    a, b, c = st.columns(3)
+    a.metric("Parameters", common.fmt_params(m.parameter_count()), help=f"{m.parameter_count():,} exactly")
+    b.metric("Per-GPU peak (detailed)", f"{detailed[1]:.2f} GiB", help=f"peak during {detailed[2]}")
+    c.metric("Per-GPU peak (paper)", f"{paper[1]:.2f} GiB", help="Frenzy paper (arXiv 2412.14479), Sec. IV-A")
+    st.caption(f"Detailed peak during **{detailed[2]}**.")
+
+    show_all = st.toggle("Show every GPU in the catalog", value=False, key="mem_all_gpus",
+                         help="Off: only the GPU types of the current cluster.")
+    gpus = list(CATALOG.values()) if show_all else common.cluster().gpu_types_present()
+    fig = go.Figure()
+    methods = ["detailed", "paper"]
+    names = list(dict.fromkeys([*detailed[0], *paper[0]]))
+    for name in names:
+        fig.add_bar(name=name.replace("_bytes", "").replace("_", " "), x=methods,
+                    y=[result[mm][0].get(name, 0.0) for mm in methods],
+                    hovertemplate="%{x}: %{y:.2f} GiB<extra>" + name + "</extra>")
+    by_capacity: dict[float, list[str]] = {}
+    for g in gpus:
+        by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
+    for cap, gnames in sorted(by_capacity.items()):
+        fits = detailed[1] <= cap
+        fig.add_hline(y=cap, line_dash="dot", line_color="#2e7d32" if fits else "#c62828",
+                      annotation_text=f"{'✓' if fits else '✗'} {', '.join(gnames)} ({cap:g} GiB)",
+                      annotation_position="top right", annotation_font_size=11)
+    top = max([detailed[1], paper[1], *by_capacity]) if by_capacity else max(detailed[1], paper[1])
+    fig.update_layout(barmode="stack", height=520, yaxis_title="GiB per GPU", yaxis_range=[0, top * 1.12],
+                      margin=dict(l=10, r=10, t=30, b=10), legend_title_text="component",
+                      title=f"{m.name}, d={p.dp} t={p.tp} p={p.pp}, micro-batch {t.micro_batch}, seq {t.seq_len}")
+    st.plotly_chart(fig, key="memory_chart", width="stretch")
+    fit_rows = [{"GPU": g.name, "memory GiB": round(common.gib(g.memory_bytes), 1),
+                 "headroom GiB (detailed)": round(common.gib(g.memory_bytes) - detailed[1], 2),
+                 "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗"} for g in gpus]
+    st.dataframe(fit_rows, hide_index=True, width="stretch")
+    st.caption("Capacity is the GPU's nominal memory; the Plans page also keeps a safety margin free. "
+               "Detailed = component model with the most loaded pipeline stage; paper = Frenzy's closed form.")

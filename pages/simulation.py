@@ -1,0 +1,188 @@
+"""Simulation: replay a job trace on the current cluster under one or more policies and seeds; JCT distributions
+with 95% confidence intervals, queue and utilisation over time, GPU-hours per GPU type, OOM failures, per-job CSV."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from frenzy_core.errors import SpecError
+from frenzy_core.policies import REGISTRY
+from frenzy_core.simulate import SimOptions, simulate_seeds
+from frenzy_core.timeline import queue_length
+from pages import common
+
+common.page_setup()
+
+ss = st.session_state
+HOUR = 3600.0
+POLICY_COLOURS = {"frenzy": "#1565c0", "fcfs": "#ef6c00", "sia": "#2e7d32"}
+SLOW_POLICIES = {"sia": "Sia solves an ILP every 60 s round: tens of seconds for 200 jobs"}
+
+
+def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> dict:
+    """Every policy over `seeds` seeds; the bar advances over all of them. Returns policy -> MultiSeedResult."""
+    results = {}
+    last = [-1]
+    for i, name in enumerate(policies):
+        def progress(f: float, i=i, name=name) -> None:
+            pct = int(100 * (i + f) / len(policies))
+            if pct != last[0]:
+                last[0] = pct
+                bar.progress(min(pct, 100), text=f"Simulating {name} ({i + 1}/{len(policies)}): {pct}%")
+        results[name] = simulate_seeds(trace, cluster, name, seeds=range(seeds), options=SimOptions(),
+                                       progress=progress)
+    bar.progress(100, text="Done")
+    return results
+
+
+def colour(policy: str) -> str:
+    return POLICY_COLOURS.get(policy, "#6a1b9a")
+
+
+st.title("Simulation")
+cluster = common.cluster()
+st.caption(f"Trace-driven simulation on **{cluster.name}** ({cluster.total_gpus} GPUs). Each trace job gets an LLM "
+           "model sized to its GPU count and a token budget that reproduces its duration on its original allocation; "
+           "the seed changes which model each job draws.")
+
+with st.container(border=True):
+    trace = common.trace_picker("sim")
+    c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
+    policies = c1.multiselect("Policies", list(REGISTRY), default=[p for p in ("frenzy", "fcfs") if p in REGISTRY],
+                              key="sim_policies")
+    seeds = c2.number_input("seeds", min_value=1, max_value=20, value=3, step=1, key="sim_seeds",
+                            help="independent mappings of the trace; confidence intervals are over seeds")
+    run = c3.button("Run simulation", type="primary", key="sim_run", disabled=trace is None or not policies)
+    for p in policies:
+        if p in SLOW_POLICIES:
+            st.caption(f"Note: {SLOW_POLICIES[p]}.")
+
+if run and trace is not None:
+    bar = st.progress(0, text="Starting…")
+    try:
+        with st.spinner("Simulating…"):
+            results = run_simulation(trace, cluster, policies, int(seeds), bar)
+    except SpecError as err:
+        common.show_error(err, "simulation")
+    else:
+        ss.sim_results = results
+        ss.sim_meta = f"{ss.get('sim_trace_label') or trace.source} ({len(trace.jobs)} jobs) on {cluster.name}, " \
+                      f"{int(seeds)} seed(s)"
+    bar.empty()
+
+if trace is not None and not ss.get("sim_results"):
+    # Useful before the first run: what the trace asks for.
+    jobs = pd.DataFrame({"arrival_h": [j.arrival_s / HOUR for j in trace.jobs],
+                         "num_gpus": [j.num_gpus for j in trace.jobs],
+                         "duration_h": [j.duration_s / HOUR for j in trace.jobs]})
+    a, b, c = st.columns(3)
+    a.metric("Jobs", len(jobs))
+    b.metric("GPU-hours requested", f"{(jobs.num_gpus * jobs.duration_h).sum():,.0f}")
+    c.metric("Span of arrivals", f"{jobs.arrival_h.max():.1f} h")
+    fig = go.Figure(go.Histogram(x=jobs.arrival_h, nbinsx=40, marker_color="#90a4ae"))
+    fig.update_layout(title="Arrivals over time", xaxis_title="hours", yaxis_title="jobs", height=260,
+                      margin=dict(l=10, r=10, t=40, b=10))
+    st.plotly_chart(fig, key="sim_arrivals", width="stretch")
+    st.info("Choose policies and seeds, then **Run simulation**.")
+
+results = ss.get("sim_results")
+if results:
+    st.subheader("Results", anchor=False)
+    st.caption(f"{ss.get('sim_meta', '')}. Means over seeds with 95% t-intervals.")
+
+    rows = []
+    for name, res in results.items():
+        avg, avg_lo, avg_hi = res.ci("avg_jct_s")
+        p99, p99_lo, p99_hi = res.ci("p99_jct_s")
+        m = res.summary_dict()
+        rows.append({
+            "policy": name, "completed": m["completed"], "jobs": m["jobs"],
+            "avg JCT h": avg / HOUR, "avg JCT 95% CI": f"{avg_lo / HOUR:.2f} – {avg_hi / HOUR:.2f}",
+            "p99 JCT h": p99 / HOUR, "p99 JCT 95% CI": f"{p99_lo / HOUR:.2f} – {p99_hi / HOUR:.2f}",
+            "avg queue h": m["avg_queue_s"] / HOUR, "makespan h": m["makespan_s"] / HOUR,
+            "GPU-hours": m["gpu_hours"], "utilisation": res.ci("avg_utilisation")[0],
+            "OOM failures": m["oom_failures"], "sched ms/decision": m["sched_overhead_ms_per_decision"],
+        })
+    summary = pd.DataFrame(rows)
+    cols = st.columns(len(rows))
+    for col, row in zip(cols, rows, strict=True):
+        col.metric(f"{row['policy']}: avg JCT", f"{row['avg JCT h']:.2f} h", help=f"95% CI {row['avg JCT 95% CI']} h")
+        col.caption(f"p99 {row['p99 JCT h']:.2f} h · OOM failures {row['OOM failures']:.1f}")
+    st.dataframe(summary, hide_index=True, width="stretch", key="sim_summary", column_config={
+        k: st.column_config.NumberColumn(format="%.2f") for k in
+        ("avg JCT h", "p99 JCT h", "avg queue h", "makespan h", "utilisation", "sched ms/decision", "OOM failures",
+         "completed")} | {"GPU-hours": st.column_config.NumberColumn(format="%.0f")})
+
+    left, right = st.columns(2)
+    with left:
+        fig = go.Figure()
+        for name, res in results.items():
+            jct = np.sort(np.concatenate([r.jobs["jct_s"] for r in res.results]))
+            jct = jct[np.isfinite(jct)] / HOUR
+            if jct.size:
+                fig.add_scatter(x=jct, y=np.arange(1, jct.size + 1) / jct.size, mode="lines", name=name,
+                                line=dict(color=colour(name), shape="hv"))
+        fig.update_layout(title="JCT CDF (all seeds)", xaxis_title="job completion time (h, log)", xaxis_type="log",
+                          yaxis_title="fraction of jobs", height=360, margin=dict(l=10, r=10, t=40, b=10))
+        st.plotly_chart(fig, key="sim_cdf", width="stretch")
+    with right:
+        fig = go.Figure()
+        for metric, label, pattern in (("avg_jct_s", "average", ""), ("p99_jct_s", "p99", "/")):
+            cis = [res.ci(metric) for res in results.values()]
+            fig.add_bar(name=label, x=list(results), y=[c[0] / HOUR for c in cis],
+                        marker=dict(color=[colour(n) for n in results], pattern_shape=pattern),
+                        error_y=dict(type="data", array=[(c[2] - c[0]) / HOUR for c in cis],
+                                     arrayminus=[(c[0] - c[1]) / HOUR for c in cis]))
+        fig.update_layout(title="Average and p99 JCT, 95% CI", yaxis_title="hours", barmode="group", height=360,
+                          margin=dict(l=10, r=10, t=40, b=10))
+        st.plotly_chart(fig, key="sim_jct_bars", width="stretch")
+
+    left, right = st.columns(2)
+    with left:
+        fig = go.Figure()
+        for name, res in results.items():
+            r = res.results[0]
+            t, q = queue_length(r.jobs["arrival_s"], r.jobs["start_s"])
+            fig.add_scatter(x=t / HOUR, y=q, mode="lines", name=name, line=dict(color=colour(name), shape="hv"))
+        fig.update_layout(title="Queued jobs over time (seed 0)", xaxis_title="hours", yaxis_title="jobs waiting",
+                          height=320, margin=dict(l=10, r=10, t=40, b=10))
+        st.plotly_chart(fig, key="sim_queue", width="stretch")
+    with right:
+        fig = go.Figure()
+        for name, res in results.items():
+            u = res.results[0].utilisation()
+            fig.add_scatter(x=u["time_s"] / HOUR, y=100 * u["utilisation"], mode="lines", name=name,
+                            line=dict(color=colour(name), shape="hv"))
+        fig.update_layout(title="GPU utilisation over time (seed 0)", xaxis_title="hours", yaxis_title="% GPUs busy",
+                          height=320, margin=dict(l=10, r=10, t=40, b=10))
+        st.plotly_chart(fig, key="sim_util", width="stretch")
+
+    left, right = st.columns(2)
+    with left:
+        fig = go.Figure()
+        for name, res in results.items():
+            per = [r.gpu_hours_by_type() for r in res.results]
+            types = list(per[0])
+            fig.add_bar(name=name, x=types, y=[float(np.mean([p.get(t, 0.0) for p in per])) for t in types],
+                        marker_color=colour(name))
+        fig.update_layout(title="GPU-hours per GPU type (mean over seeds)", yaxis_title="GPU-hours", barmode="group",
+                          height=320, margin=dict(l=10, r=10, t=40, b=10))
+        st.plotly_chart(fig, key="sim_gpu_hours", width="stretch")
+    with right:
+        fig = go.Figure()
+        for name, res in results.items():
+            mean, lo, hi = res.ci("oom_failures")
+            fig.add_bar(name=name, x=[name], y=[mean], marker_color=colour(name),
+                        error_y=dict(type="data", array=[hi - mean], arrayminus=[mean - lo]))
+        fig.update_layout(title="Out-of-memory failures per run", yaxis_title="failures", showlegend=False, height=320,
+                          margin=dict(l=10, r=10, t=40, b=10))
+        st.plotly_chart(fig, key="sim_oom", width="stretch")
+
+    jobs = pd.concat([res.jobs_frame().assign(policy=name) for name, res in results.items()], ignore_index=True)
+    st.download_button("Download per-job results (CSV)", jobs.to_csv(index=False), file_name="simulation_jobs.csv",
+                       mime="text/csv", key="sim_csv", icon=":material/download:")
+    with st.expander("Per-job results"):
+        st.dataframe(jobs, hide_index=True, width="stretch", key="sim_jobs")

@@ -1,0 +1,256 @@
+"""Every app page through the entry point (AppTest.from_file("app.py") then switch_page), with the inputs a user gets
+wrong: a config.json that is not a model, a broken cluster YAML, a batch that does not divide, a trace with bad rows.
+
+AppTest cannot upload files, so each upload has a paste alternative (a text area and a button) that goes through the
+same handler; these tests drive that.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+APP = str(REPO / "app.py")
+TIMEOUT = 30
+PAGES = ["pages/overview.py", "pages/model_memory.py", "pages/plans.py", "pages/cluster_packing.py",
+         "pages/simulation.py", "pages/gpu_mix.py"]
+CRASH = "Something went wrong"  # app.py's last-resort message: must never show
+
+
+def no_failure(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [e.value for e in at.error if CRASH in e.value]
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture
+def app(monkeypatch) -> AppTest:
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    no_failure(at)
+    return at
+
+
+def open_page(at: AppTest, page: str) -> AppTest:
+    at.switch_page(page).run()
+    no_failure(at)
+    return at
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_without_exception(app, page):
+    open_page(app, page)
+    assert app.title, f"{page} has no title"
+    assert not errors(app), errors(app)
+
+
+def test_sidebar_names_the_current_model_and_cluster(app):
+    text = " ".join(c.value for c in app.sidebar.caption)
+    assert "llama-2-7b" in text and "modern-mixed" in text
+
+
+def test_default_cluster_comes_from_frenzy_cluster_env(monkeypatch):
+    monkeypatch.setenv("FRENZY_CLUSTER", str(REPO / "sample_clusters" / "sia-64.yaml"))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    no_failure(at)
+    assert at.session_state.cluster.name == "sia-64"
+
+
+def test_bad_frenzy_cluster_env_warns_and_falls_back(monkeypatch, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes: [{name: x, gpu_type: NoSuchGPU, num_gpus: 8}]")
+    monkeypatch.setenv("FRENZY_CLUSTER", str(bad))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    no_failure(at)
+    assert at.session_state.cluster.name == "modern-mixed"
+    assert any("FRENZY_CLUSTER" in w.value for w in at.warning)
+
+
+# --- Model & memory ---------------------------------------------------------------------------------------------
+def test_changing_a_model_value_changes_the_memory_figure(app):
+    open_page(app, "pages/model_memory.py")
+    before = metric(app, "Per-GPU peak (detailed)")
+    app.number_input(key="hp_num_layers").set_value(16).run()
+    no_failure(app)
+    assert metric(app, "Per-GPU peak (detailed)") != before
+    assert app.session_state.model.num_layers == 16
+    assert app.session_state.model.name.endswith("(edited)")
+
+
+def test_picking_a_zoo_model_resets_the_hyperparameters(app):
+    open_page(app, "pages/model_memory.py")
+    app.selectbox(key="zoo_pick").set_value("mistral-7b").run()
+    no_failure(app)
+    assert app.number_input(key="hp_num_kv_heads").value == 8
+    assert app.session_state.model.name == "mistral-7b"
+
+
+def test_bad_hyperparameter_shows_error_and_keeps_the_last_good_model(app):
+    open_page(app, "pages/model_memory.py")
+    good = app.session_state.model
+    app.number_input(key="hp_num_heads").set_value(7).run()
+    no_failure(app)
+    assert any("num_heads" in e for e in errors(app))
+    assert app.session_state.model == good
+
+
+def test_batch_that_does_not_divide_names_global_batch(app):
+    open_page(app, "pages/model_memory.py")
+    good = app.session_state.training
+    app.number_input(key="tr_global_batch").set_value(63).run()
+    no_failure(app)
+    assert any("global_batch" in e for e in errors(app))
+    assert app.session_state.training == good
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('{"model_type": "bert", "hidden_size": 768}', "model_type"),
+    ("{not json", "config.json"),
+    ('{"model_type": "llama", "hidden_size": 4096}', "num_attention_heads"),
+])
+def test_invalid_config_json_shows_error_and_keeps_the_model(app, text, field):
+    open_page(app, "pages/model_memory.py")
+    good = app.session_state.model
+    app.text_area(key="hf_text").input(text)
+    app.button(key="hf_apply").click().run()
+    no_failure(app)
+    assert any(field in e for e in errors(app)), errors(app)
+    assert app.session_state.model == good
+
+
+def test_pasted_config_json_becomes_the_model(app):
+    config = {"model_type": "gpt2", "vocab_size": 50257, "n_embd": 256, "n_layer": 4, "n_head": 4}
+    open_page(app, "pages/model_memory.py")
+    app.text_input(key="hf_name").input("tiny-gpt2")
+    app.text_area(key="hf_text").input(json.dumps(config))
+    app.button(key="hf_apply").click().run()
+    no_failure(app)
+    assert app.session_state.model.hidden_size == 256
+    assert app.session_state.model.name == "tiny-gpt2"
+
+
+# --- Plans ------------------------------------------------------------------------------------------------------
+def test_plans_page_explains_the_top_plan_and_lists_plans(app):
+    open_page(app, "pages/plans.py")
+    assert any("d=" in s.value for s in app.success)
+    assert len(app.dataframe[0].value) > 0
+
+
+def test_plans_page_explains_when_nothing_fits(app):
+    app.session_state.model = app.session_state.model.model_copy(update={"name": "huge"})
+    open_page(app, "pages/cluster_packing.py")
+    app.text_area(key="cl_yaml_text").input("name: tiny\nnodes: [{name: t, gpu_type: T4, num_gpus: 1}]")
+    app.button(key="cl_yaml_apply").click().run()
+    open_page(app, "pages/plans.py")
+    assert any("No plan fits" in e for e in errors(app))
+
+
+# --- Cluster & packing ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("yaml_text", "field"), [
+    ("nodes: [{name: x, gpu_type: NoSuchGPU, num_gpus: 8}]", "gpu_type"),
+    ("nodes: [{name: x, gpu_type: T4, num_gpus: -2}]", "num_gpus"),
+    ("nodes: [{name: x, gpu_type: T4, num_gpus: 2}", "line"),
+    ("name: no-nodes", "nodes"),
+])
+def test_broken_yaml_shows_error_and_keeps_the_cluster(app, yaml_text, field):
+    open_page(app, "pages/cluster_packing.py")
+    good = app.session_state.cluster
+    app.text_area(key="cl_yaml_text").input(yaml_text)
+    app.button(key="cl_yaml_apply").click().run()
+    no_failure(app)
+    assert any(field in e for e in errors(app)), errors(app)
+    assert app.session_state.cluster == good
+
+
+def test_pasted_yaml_replaces_the_cluster(app):
+    open_page(app, "pages/cluster_packing.py")
+    app.text_area(key="cl_yaml_text").input("name: pasted\nnodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8, "
+                                            "count: 2}]")
+    app.button(key="cl_yaml_apply").click().run()
+    no_failure(app)
+    assert app.session_state.cluster.name == "pasted"
+    assert app.session_state.cluster.total_gpus == 16
+
+
+def test_loading_a_sample_cluster(app):
+    open_page(app, "pages/cluster_packing.py")
+    app.selectbox(key="cl_sample").set_value("sia-64")
+    app.button(key="cl_load_sample").click().run()
+    no_failure(app)
+    assert app.session_state.cluster.name == "sia-64"
+
+
+def test_submitting_by_model_places_then_release_frees(app):
+    open_page(app, "pages/cluster_packing.py")
+    app.selectbox(key="pack_model").set_value("gpt2-xl")
+    app.button(key="pack_submit").click().run()
+    no_failure(app)
+    alloc = app.session_state.allocation
+    assert len(alloc.jobs) == 1 and "placed" in app.success[0].value
+    assert int(alloc.free_per_node().sum()) == app.session_state.cluster.total_gpus - alloc.jobs[0].plan.num_gpus
+    app.button(key="pack_release_btn").click().run()
+    no_failure(app)
+    assert not app.session_state.allocation.jobs
+
+
+# --- Simulation -------------------------------------------------------------------------------------------------
+def test_small_simulation_runs_and_its_table_appears(app):
+    open_page(app, "pages/simulation.py")
+    app.number_input(key="sim_limit").set_value(40)
+    app.number_input(key="sim_seeds").set_value(2)
+    app.button(key="sim_run").click().run()
+    no_failure(app)
+    results = app.session_state.sim_results
+    assert set(results) == {"frenzy", "fcfs"}
+    summary = next(d.value for d in app.dataframe if "policy" in d.value.columns and "avg JCT h" in d.value.columns)
+    assert list(summary["policy"]) == ["frenzy", "fcfs"]
+    assert any(b.label.startswith("Download per-job") for b in app.get("download_button"))
+
+
+def test_trace_with_broken_rows_warns_and_still_loads(app):
+    open_page(app, "pages/simulation.py")
+    app.radio(key="sim_kind").set_value("upload or paste").run()
+    app.selectbox(key="sim_fmt").set_value("philly")
+    app.text_area(key="sim_paste").input(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-09 00:01:56,66.0,1,66.0,a\n"
+        "2017-10-09 00:02:56,oops,1,66.0,a\n"
+        "2017-10-09 00:03:56,120.0,2,240.0,a\n").run()
+    no_failure(app)
+    assert any("row 2" in w.value for w in app.warning), [w.value for w in app.warning]
+    assert len(app.session_state.sim_trace.jobs) == 2
+
+
+def test_trace_in_the_wrong_format_shows_error(app):
+    open_page(app, "pages/simulation.py")
+    app.radio(key="sim_kind").set_value("upload or paste").run()
+    app.selectbox(key="sim_fmt").set_value("philly")
+    app.text_area(key="sim_paste").input("a,b\n1,2\n").run()
+    no_failure(app)
+    assert errors(app)
+
+
+# --- GPU mix what-if ----------------------------------------------------------------------------------------------
+def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
+    open_page(app, "pages/gpu_mix.py")
+    app.number_input(key="wi_limit").set_value(40)
+    app.number_input(key="wi_seeds").set_value(1)
+    app.button(key="wi_run").click().run()
+    no_failure(app)
+    table = app.session_state.wi_results
+    assert list(table["candidate"]) == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
+    assert table["on frontier"].any()

@@ -1,0 +1,212 @@
+"""Every page in a real browser: Debian's Chromium driven by Playwright against `streamlit run app.py`.
+
+The server runs on a free port in its own process group and is stopped by killing that group by its PID. Each page is
+opened, waited for until the app reports `data-test-script-state="notRunning"`, checked for any
+`[data-testid="stException"]`, given one interaction, checked again, and screenshotted to artifacts/screenshots/
+(git-ignored). Skips with the reason when /usr/bin/chromium or the playwright package is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = REPO / "artifacts" / "screenshots"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1400, "height": 900}
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+EXCEPTION = '[data-testid="stException"]'
+
+pytestmark = [pytest.mark.browser]
+if not CHROMIUM.exists():
+    pytest.skip(f"real-browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="real-browser tests need the playwright package "
+                                                            "(pip install playwright; no `playwright install` needed)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_server(timeout_s: float = 60.0):
+    """`streamlit run app.py` on a free port, in its own process group; yields the base URL."""
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "streamlit"), "run", "app.py", "--server.headless", "true",
+           "--server.port", str(port), "--browser.gatherUsageStats", "false"]
+    env = {k: v for k, v in os.environ.items() if k != "FRENZY_CLUSTER"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not come up on port {port} (exit code {proc.poll()})")
+            time.sleep(0.2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+
+def wait_idle(page, timeout_ms: int = 30_000) -> None:
+    """Until the script has run and stopped: the state leaves `initial`/`running` and settles on `notRunning`."""
+    page.wait_for_selector(IDLE, timeout=timeout_ms)
+    page.wait_for_timeout(150)  # a rerun triggered by the last message starts within a frame or two
+    page.wait_for_selector(IDLE, timeout=timeout_ms)
+
+
+def no_exception(page, where: str) -> None:
+    count = page.locator(EXCEPTION).count()
+    assert count == 0, f"{where}: {count} exception(s) shown: {page.locator(EXCEPTION).first.inner_text()[:500]}"
+
+
+def open_page(page, url: str, title: str) -> None:
+    page.goto(url)
+    page.wait_for_selector(f'h1:has-text("{title}")', timeout=30_000)
+    wait_idle(page)
+    no_exception(page, title)
+
+
+def set_number(page, key: str, value: int) -> None:
+    box = page.locator(f".st-key-{key} input")
+    box.fill(str(value))
+    box.press("Enter")
+    page.wait_for_timeout(100)
+    wait_idle(page)
+
+
+@pytest.fixture(scope="module")
+def browser_page():
+    with streamlit_server() as url, sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            yield page, url
+        finally:
+            browser.close()
+
+
+def scroll_to(page, selector: str) -> None:
+    """Bring a section to the top of the view for the screenshot (the main area scrolls, not the document)."""
+    page.locator(selector).first.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(300)
+
+
+def shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def test_a_page_url_on_a_fresh_server_goes_through_the_router(browser_page):
+    # Runs first, on a server no session has touched: Streamlit's old pages/ convention would run the page alone.
+    page, url = browser_page
+    open_page(page, f"{url}/plans", "Plans")
+    nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
+    assert "Overview" in nav and "common" not in nav, nav
+
+
+def test_overview_links_to_the_model_page(browser_page):
+    page, url = browser_page
+    open_page(page, url, "Frenzy Planner")
+    assert page.locator('[data-testid="stSidebar"]').inner_text().count("modern-mixed") >= 1
+    shot(page, "overview")
+    page.locator('[data-testid="stPageLink"] a:has-text("Model & memory")').first.click()
+    page.wait_for_selector('h1:has-text("Model & memory")', timeout=30_000)
+    wait_idle(page)
+    no_exception(page, "overview -> model")
+
+
+def test_model_page_updates_the_memory_figure(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/model_memory", "Model & memory")
+    metric = page.locator('[data-testid="stMetric"]:has-text("Per-GPU peak (detailed)") [data-testid="stMetricValue"]')
+    before = metric.inner_text()
+    set_number(page, "hp_num_layers", 16)
+    assert metric.inner_text() != before
+    no_exception(page, "model page after edit")
+    shot(page, "model_memory")
+
+
+def test_plans_page_switches_objective(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/plans", "Plans")
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
+    alert = page.locator('[data-testid="stAlert"]').first
+    before = alert.inner_text()
+    page.locator('.st-key-plans_objective button:has-text("cost")').click()
+    wait_idle(page)
+    deadline = time.monotonic() + 30
+    while alert.inner_text() == before and time.monotonic() < deadline:  # the why-top sentence follows the objective
+        page.wait_for_timeout(100)
+    assert alert.inner_text() != before, "the top-plan sentence did not change with the objective"
+    no_exception(page, "plans after objective change")
+    shot(page, "plans")
+
+
+def test_cluster_page_places_a_job(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/cluster_packing", "Cluster & packing")
+    for _ in range(3):
+        page.locator(".st-key-pack_submit button").click()
+        page.wait_for_timeout(100)
+        wait_idle(page)
+    page.wait_for_selector('[data-testid="stAlert"]:has-text("placed")', timeout=30_000)
+    scroll_to(page, 'h3:has-text("Packing with HAS")')
+    no_exception(page, "cluster page after submit")
+    shot(page, "cluster_packing")
+
+
+def test_simulation_page_runs_a_small_simulation(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/simulation", "Simulation")
+    set_number(page, "sim_limit", 60)
+    set_number(page, "sim_seeds", 2)
+    page.locator(".st-key-sim_run button").click()
+    page.wait_for_selector('h3:has-text("Results")', timeout=60_000)
+    wait_idle(page, 60_000)
+    no_exception(page, "simulation after run")
+    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 4
+    scroll_to(page, 'h3:has-text("Results")')
+    shot(page, "simulation")
+
+
+def test_gpu_mix_page_plots_the_frontier(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/gpu_mix", "GPU mix what-if")
+    set_number(page, "wi_limit", 60)
+    set_number(page, "wi_seeds", 1)
+    page.locator(".st-key-wi_run button").click()
+    page.wait_for_selector('h3:has-text("Average JCT against cost")', timeout=60_000)
+    wait_idle(page, 60_000)
+    no_exception(page, "gpu mix after run")
+    scroll_to(page, 'h3:has-text("Average JCT against cost")')
+    shot(page, "gpu_mix")

@@ -1,0 +1,67 @@
+"""What-if helpers: adding GPUs conserves the old nodes and adds exactly the GPUs asked for; cost is GPUs x price."""
+
+from __future__ import annotations
+
+import pytest
+
+from frenzy_core.errors import SpecError
+from frenzy_core.gpus import CATALOG
+from frenzy_core.whatif import add_gpus, added_cost_per_hour, cluster_cost_per_hour, pareto_front
+
+
+def test_add_gpus_adds_exactly_the_count_in_full_nodes_then_a_remainder(tiny_cluster):
+    bigger = add_gpus(tiny_cluster, "H100-80GB", 20)
+    assert bigger.total_gpus == tiny_cluster.total_gpus + 20
+    added = bigger.nodes[len(tiny_cluster.nodes):]
+    assert [n.num_gpus for n in added] == [8, 8, 4]
+    assert all(n.gpu_type == "H100-80GB" for n in added)
+
+
+def test_add_gpus_keeps_existing_nodes_and_does_not_mutate_the_input(tiny_cluster):
+    before = tiny_cluster.model_dump()
+    bigger = add_gpus(tiny_cluster, "A100-80GB", 4, gpus_per_node=4)
+    assert tiny_cluster.model_dump() == before
+    assert bigger.nodes[: len(tiny_cluster.nodes)] == tiny_cluster.nodes
+
+
+def test_add_gpus_names_are_unique_when_applied_twice(tiny_cluster):
+    twice = add_gpus(add_gpus(tiny_cluster, "L40S", 8), "L40S", 8)
+    names = [n.name for n in twice.nodes]
+    assert len(names) == len(set(names))
+
+
+def test_add_gpus_copies_the_network_of_existing_nodes_of_that_type():
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    c = parse_cluster_yaml("nodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, network_gbit_s: 400}]")
+    assert add_gpus(c, "H100-80GB", 8).nodes[-1].network_gbit_s == 400
+
+
+def test_add_zero_gpus_returns_the_same_cluster(tiny_cluster):
+    assert add_gpus(tiny_cluster, "T4", 0) == tiny_cluster
+
+
+@pytest.mark.parametrize(("gpu_type", "count", "field"), [("NoSuchGPU", 8, "gpu_type"), ("T4", -1, "count"),
+                                                           ("T4", 2.5, "count")])
+def test_add_gpus_rejects_bad_input_naming_the_field(tiny_cluster, gpu_type, count, field):
+    with pytest.raises(SpecError) as err:
+        add_gpus(tiny_cluster, gpu_type, count)
+    assert err.value.field == field
+
+
+def test_cluster_cost_is_gpus_times_catalog_price(tiny_cluster):
+    expected = 8 * CATALOG["A100-80GB"].price_per_hour_usd + 2 * CATALOG["T4"].price_per_hour_usd
+    assert cluster_cost_per_hour(tiny_cluster) == pytest.approx(expected)
+
+
+def test_adding_gpus_raises_cost_by_their_price(tiny_cluster):
+    bigger = add_gpus(tiny_cluster, "H100-80GB", 16)
+    delta = cluster_cost_per_hour(bigger) - cluster_cost_per_hour(tiny_cluster)
+    assert delta == pytest.approx(added_cost_per_hour(tiny_cluster, "H100-80GB", 16))
+    assert delta == pytest.approx(16 * CATALOG["H100-80GB"].price_per_hour_usd)
+
+
+def test_pareto_front_drops_dominated_points_and_keeps_ties():
+    assert pareto_front([1, 2, 3], [3.0, 2.0, 1.0]) == [True, True, True]
+    assert pareto_front([1, 1, 2], [2.0, 2.0, 3.0]) == [True, True, False]
+    assert pareto_front([], []) == []
