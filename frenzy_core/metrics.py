@@ -11,8 +11,10 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-SUMMARY_KEYS = ("jobs", "completed", "avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_hours",
-                "oom_failures", "sched_overhead_ms_per_decision", "wall_s")
+SUMMARY_KEYS = ("jobs", "completed", "gave_up", "rejected", "avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
+                "gpu_hours", "oom_failures", "sched_overhead_ms_per_decision", "wall_s")
+# JCT, queueing and percentiles are over completed jobs only: a job given up after `max_oom_retries` out-of-memory
+# failures, or rejected, has no completion time; `gave_up` and `rejected` count them so no table hides them.
 
 
 def jct_stats(jct_s: np.ndarray) -> dict[str, float]:

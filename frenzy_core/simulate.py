@@ -107,7 +107,9 @@ class SimResult:
 
     def metrics(self) -> dict[str, Any]:
         """Every metric of the run (a superset of summary_dict)."""
-        out: dict[str, Any] = {"jobs": int(len(self.jobs["job_id"])), "completed": self.completed}
+        state = self.jobs["state"]
+        out: dict[str, Any] = {"jobs": int(len(self.jobs["job_id"])), "completed": self.completed,
+                               "gave_up": int((state == "gave_up").sum()), "rejected": int((state == "rejected").sum())}
         out.update(metrics.jct_stats(self.jobs["jct_s"]))
         q = self.jobs["queue_s"]
         q = q[np.isfinite(q)]
@@ -131,7 +133,7 @@ class SimResult:
         return out
 
     def summary_dict(self) -> dict[str, Any]:
-        """The CLI's `--json` keys: jobs, completed, avg/p99 JCT, avg queueing, makespan, GPU-hours, OOMs, ..."""
+        """The CLI's `--json` keys: jobs, completed, gave_up, rejected, avg/p99 JCT (completed jobs only), avg queueing, makespan, GPU-hours, OOMs, ..."""
         m = self.metrics()
         return {k: m[k] for k in metrics.SUMMARY_KEYS}
 
@@ -297,7 +299,7 @@ class _Run:
         if st.state != "queued":
             raise SimulationError(f"{self.policy.name}: rejected job {st.job.job_id} which is {st.state}")
         del self.queue[d.job]
-        st.state = "failed"
+        st.state = "rejected"
         self.notes.append(f"job {st.job.job_id} rejected: {d.reason}")
         self._job_done()
 
@@ -333,7 +335,7 @@ class _Run:
         self.oom_wasted_gpu_s += st.plan.num_gpus * (now - st.run_start_s)
         st.wasted_gpu_seconds += st.plan.num_gpus * (now - st.run_start_s)
         if st.oom_failures > self.opts.max_oom_retries:
-            st.state = "failed"
+            st.state = "gave_up"
             self.notes.append(f"job {st.job.job_id} gave up after {st.oom_failures} out-of-memory failures")
             self._job_done()
         else:

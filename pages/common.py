@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import threading
 from pathlib import Path
 
 import streamlit as st
@@ -41,20 +40,12 @@ PAGES = {
 
 
 # Modules the heavier pages need (scipy/pandas behind the simulator, the memory and plan models, plotly), imported
-# once per server process in the background while the first page renders, so no page pays for them on first open.
-WARM_MODULES = ("plotly.graph_objects", "frenzy_core.memory", "frenzy_core.plans", "frenzy_core.traces",
+# once per server process when the router first loads, on the main thread: importing them from a background thread
+# while a page imports the same modules races (Python hands one thread a partially initialised module).
+WARM_MODULES = ("pandas", "plotly.graph_objects", "frenzy_core.memory", "frenzy_core.plans", "frenzy_core.traces",
                 "frenzy_core.simulate", "frenzy_core.allocation", "frenzy_core.whatif", "frenzy_core.timeline")
-
-
-def _warm_imports() -> None:
-    for name in WARM_MODULES:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a missing optional module shows on its page, not here
-            pass
-
-
-threading.Thread(target=_warm_imports, name="frenzy-warm-imports", daemon=True).start()
+for _name in WARM_MODULES:
+    importlib.import_module(_name)
 
 
 def sample_clusters() -> dict[str, Path]:

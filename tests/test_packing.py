@@ -7,7 +7,7 @@ import pytest
 
 from frenzy_core.cluster import parse_cluster_yaml
 from frenzy_core.gpus import GIB
-from frenzy_core.packing import ClusterIndex, Placement, check_placement, has_place, place
+from frenzy_core.packing import ClusterIndex, FreeGPUs, Placement, check_placement, compile_plans, has_place, place
 from frenzy_core.plans import Plan
 
 
@@ -115,3 +115,32 @@ def test_check_placement_rejects_overcommit_and_wrong_type():
     assert "free GPUs" in check_placement(ix, free, _plan("A100-80GB", 4), Placement("A100-80GB", ((0, 4),)))
     assert "not a" in check_placement(ix, free, _plan("A100-80GB", 2), Placement("A100-80GB", ((1, 2),)))
     assert "needs" in check_placement(ix, free, _plan("A100-80GB", 2), Placement("A100-80GB", ((0, 1),)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_free_gpus_places_exactly_like_place_and_tracks_what_it_takes(seed):
+    """The bucketed working copy used by the frenzy policy gives the same placement as the reference `place`, and
+    after each `take` its free counts, per-type totals and largest-free bound match a recomputation."""
+    rng = np.random.default_rng(seed)
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8, count: 6}\n  - {name: t, gpu_type: T4, num_gpus: 4, count: 4}\n")
+    for _ in range(40):
+        free = rng.integers(0, ix.node_gpus + 1)
+        orig = free.copy()
+        fg = FreeGPUs(ix, free)
+        for _ in range(8):
+            tp = int(rng.choice([1, 2, 4]))
+            n = tp * int(rng.integers(1, 8))
+            t = int(rng.integers(0, len(ix.type_names)))
+            want = place(ix, fg.free, n, tp=tp, gpu_types=(ix.type_names[t],))
+            assert fg.place_on(t, n, tp) == want
+            plans = compile_plans(ix, [_plan(ix.type_names[t], n, tp)])
+            got = fg.first_plan(plans)
+            assert (got[1] if got else None) == want
+            if want is not None:
+                fg.take(want)
+            for u, nodes in enumerate(ix.nodes_by_type):
+                assert fg.by_type[u] == int(fg.free[nodes].sum())
+                assert fg.max_free[u] == int(fg.free[nodes].max())
+                for k, b in enumerate(fg.buckets[u]):
+                    assert b == [int(x) for x in nodes if fg.free[x] == k]
+        assert (free == orig).all()  # the input array is never written

@@ -109,3 +109,22 @@ def test_sia_ilp_maximises_total_normalised_throughput_under_capacity():
 def test_sia_times_every_solve():
     r = simulate(JOBS, CLUSTER, "sia", options=SimOptions(estimator=AnalyticEstimator()))
     assert r.policy_stats["ilp_solves"] >= 1 and r.policy_stats["ilp_solve_ms_mean"] > 0
+
+
+def test_frenzy_share_caps_each_job_at_its_fair_share_never_below_its_smallest_plan():
+    policy, view = _view("frenzy-share")
+    starts = [d for d in policy.decide(view) if isinstance(d, Start)]
+    assert starts
+    cap_by_type = dict(zip(view.index.type_names, view.index.capacity_by_type().tolist(), strict=True))
+    active = len(view.running) + len(view.queue)
+    for d in starts:
+        plans, mins = policy.ranked(view.jobs[d.job])
+        usable = sum(cap_by_type[t] for t, m in zip(view.index.type_names, mins, strict=True) if m < 1 << 60)
+        assert d.plan.num_gpus <= max(usable / active, min(mins))
+    # alone on an empty cluster, a job takes the fastest plan (the time ranking, no cap binds)
+    policy, view = _view("frenzy-share")
+    one = SchedulerView(now_s=0.0, index=view.index, free=view.free, free_by_type=view.free_by_type,
+                        queue=ReadOnlyList([4]), running=ReadOnlyList([]), jobs=view.jobs, release_epoch=0)
+    (d,) = policy.decide(one)
+    fastest = min(p.time_to_train_s for _, _, _, p in policy.ranked(view.jobs[4])[0])  # for 1e9 tokens
+    assert d.plan.time_to_train_s == pytest.approx(fastest * view.jobs[4].job.tokens / 1e9)

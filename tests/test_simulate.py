@@ -81,6 +81,27 @@ def test_golden_hand_check_first_jobs(golden_cluster):
     assert want.loc[("fcfs", "g02"), "jct_s"] == pytest.approx(300.0, rel=1e-9)
 
 
+def test_golden_hand_check_frenzy_share(golden_cluster):
+    """frenzy-share ranks by time and caps a job at (GPUs of its usable types) / (running + waiting jobs).
+
+    g00 arrives at 0 alone: cap = 10 / 1, so it takes the fastest plan (8 x A100-80GB): JCT = tokens / its tokens/s.
+    g02 arrives at 1046 s while g01 holds all 8 A100s (g00 finished at 517.5 s): cap = 10 / 2 = 5, no A100 is free,
+    so it takes the fastest plan of at most 5 GPUs that fits now, 2 x T4: JCT = tokens / that plan's tokens/s.
+    """
+    want = pd.read_csv(DATA / "golden_jct.csv").set_index(["policy", "job_id"])
+    w = map_trace(_golden_trace(), golden_cluster, seed=0, estimator=AnalyticEstimator())
+    est = AnalyticEstimator()
+    g00, g02 = w.jobs[0], w.jobs[2]
+    fastest = est.rank(ZOO[g00.model], g00.training, golden_cluster, "time", 0.10)[0]
+    assert (fastest.gpu_type, fastest.num_gpus) == ("A100-80GB", 8)
+    assert want.loc[("frenzy-share", "g00"), "jct_s"] == pytest.approx(g00.tokens / fastest.tokens_per_s, rel=1e-6)
+    t4 = [p for p in est.rank(ZOO[g02.model], g02.training, golden_cluster, "time", 0.10)
+          if p.gpu_type == "T4" and p.num_gpus <= 5][0]
+    assert t4.num_gpus == 2
+    assert want.loc[("frenzy-share", "g02"), "num_gpus"] == 2
+    assert want.loc[("frenzy-share", "g02"), "jct_s"] == pytest.approx(g02.tokens / t4.tokens_per_s, rel=1e-6)
+
+
 @pytest.mark.parametrize("policy", sorted(REGISTRY))
 def test_every_job_finishes_and_gpus_are_conserved(golden_cluster, policy):
     r = simulate(_golden_trace(), golden_cluster, policy, seed=0, options=OPTS)
@@ -166,3 +187,19 @@ def test_oom_failures_are_counted_resubmitted_with_twice_the_gpus_and_wasted_tim
     assert r.jobs["num_gpus"][0] == 2 and r.jobs["pp"][0] == 2 and r.jobs["start_s"][0] == 0.0
     # frenzy never picks a plan that does not fit
     assert simulate(job, t4, "frenzy", options=opts).oom_failures == 0
+
+
+def test_a_job_given_up_after_oom_retries_is_counted_and_left_out_of_jct():
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    xl = ZOO["gpt2-xl"]
+    jobs = (LLMJob("x", 0.0, "gpt2-xl", default_training(xl, 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                   original_gpu_type="A100-80GB"),
+            LLMJob("y", 0.0, "gpt2", default_training(ZOO["gpt2"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                   original_gpu_type="T4"))
+    w = Workload(jobs=jobs, source="test", seed=0, reference_gpu="T4")
+    r = simulate(w, t4, "fcfs", options=SimOptions(estimator=AnalyticEstimator(), max_oom_retries=0))
+    m = r.metrics()
+    assert m["gave_up"] == 1 and m["completed"] == 1 and m["rejected"] == 0
+    assert list(r.jobs["state"]) == ["gave_up", "done"]
+    assert m["avg_jct_s"] == pytest.approx(r.jobs["jct_s"][1])  # the given-up job has no JCT
+    assert r.summary_dict()["gave_up"] == 1

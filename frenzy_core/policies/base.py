@@ -8,6 +8,7 @@ simulator changes state (blox's accept -> schedule -> place round). `round_s` is
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -69,7 +70,7 @@ class JobStatus:
         self.run_end_s = 0.0
         self.first_start_s: float | None = None
         self.finish_s: float | None = None
-        self.state = "future"  # future -> queued -> running -> (queued ->) done | failed
+        self.state = "future"  # future -> queued -> running -> (queued ->) done | gave_up (OOM retries) | rejected
         self.token = 0  # bumped on each start, so stale completion events are ignored
         self.gpu_seconds: dict[str, float] = {}
         self.wasted_gpu_seconds = 0.0  # GPU time of runs that ended in out-of-memory
@@ -106,7 +107,7 @@ class PolicyContext:
         return job_classes(self.workload.jobs)
 
 
-class Policy:
+class Policy(ABC):
     """Base class: subclasses set `name`, maybe `round_s`, and implement `decide`."""
 
     name: ClassVar[str] = "base"
@@ -115,8 +116,9 @@ class Policy:
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx
 
-    def decide(self, view: SchedulerView) -> list[Decision]:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def decide(self, view: SchedulerView) -> list[Decision]:
+        """Read the view, return decisions; never mutate anything."""
 
     def stats(self) -> dict[str, float]:
         """Policy-specific figures for the result (e.g. ILP solve times)."""
