@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -150,6 +151,10 @@ def cmd_simulate(args) -> int:
     from frenzy_core.simulate import SimOptions, simulate_seeds
     from frenzy_core.traces import load_trace
 
+    if args.seeds < 1:
+        raise SpecError("seeds", f"must be at least 1, got {args.seeds}")
+    if args.limit_jobs < 0:
+        raise SpecError("limit_jobs", f"must be 0 (all jobs) or positive, got {args.limit_jobs}")
     trace = load_trace(args.trace, args.trace_format)
     if args.limit_jobs:
         trace = trace.head(args.limit_jobs)
@@ -172,8 +177,18 @@ def cmd_simulate(args) -> int:
                 _last[0] = step
                 print(f"{args.policy}: {step * 10}%", file=sys.stderr)
 
-    result = simulate_seeds(trace, cluster, args.policy, seeds=range(args.seeds), options=SimOptions(),
-                            progress=progress)
+    # HiGHS (behind the sia policy's scipy.optimize.milp) can print solver diagnostics straight to file
+    # descriptor 1; send them to stderr so that stdout carries only our table or the one JSON object.
+    sys.stdout.flush()
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        result = simulate_seeds(trace, cluster, args.policy, seeds=range(args.seeds), options=SimOptions(),
+                                progress=progress)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
     if bar is not None:
         bar.close()
     summary = result.summary_dict()
@@ -236,8 +251,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"frenzy {args.command}: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # `frenzy models | head`: the reader left; not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 

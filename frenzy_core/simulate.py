@@ -206,6 +206,8 @@ def simulate_seeds(trace, cluster: Cluster, policy_name: str, seeds: Iterable[in
                    ) -> MultiSeedResult:
     """`simulate` once per seed (each seed maps the trace anew); progress spans all seeds."""
     seeds = list(seeds)
+    if not seeds:
+        raise SpecError("seeds", "give at least one seed (e.g. seeds=range(3))")
     results = []
     for k, s in enumerate(seeds):
         sub = None if progress is None else (lambda f, k=k: progress((k + f) / len(seeds)))

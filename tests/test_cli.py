@@ -50,6 +50,12 @@ def test_memory_paper_method_by_hand(capsys):
         (["memory", "--model", "gpt2", "--tp", "5"], "tp"),
         (["memory", "--config", "/nonexistent/config.json"], "config"),
         (["plans", "--model", "gpt2", "--cluster", "/nonexistent.yaml", "--global-batch", "8"], "cluster"),
+        (["plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml"], "global_batch"),
+        (["simulate", "--trace", "x.csv", "--cluster", "sample_clusters/sia-64.yaml", "--seeds", "0"], "seeds"),
+        (["simulate", "--trace", "frenzy_core/data/traces/philly-2000.csv", "--trace-format", "nope",
+          "--cluster", "sample_clusters/sia-64.yaml"], "format"),
+        (["simulate", "--trace", "frenzy_core/data/traces/philly-2000.csv", "--cluster",
+          "sample_clusters/sia-64.yaml", "--policy", "nope", "--limit-jobs", "5"], "policy"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, argv, field):
@@ -67,3 +73,27 @@ def test_plans_json_rank_order(capsys):
                 "gpu_hours", "cost"):
         assert key in rows[0]
     assert [r["num_gpus"] for r in rows] == sorted(r["num_gpus"] for r in rows)
+
+
+def test_simulate_json_has_documented_keys_and_matches_the_core(capsys):
+    from frenzy_core.cluster import load_cluster
+    from frenzy_core.simulate import SimOptions, simulate_seeds
+    from frenzy_core.traces import load_trace
+
+    trace_path = "frenzy_core/data/traces/philly-2000.csv"
+    code, out, _ = run(capsys, "simulate", "--trace", trace_path, "--trace-format", "philly", "--cluster",
+                       "sample_clusters/sia-64.yaml", "--policy", "fcfs", "--limit-jobs", "40", "--json")
+    data = json.loads(out)
+    assert code == 0
+    for key in ("jobs", "completed", "avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_hours",
+                "oom_failures", "sched_overhead_ms_per_decision", "wall_s"):
+        assert key in data
+    direct = simulate_seeds(load_trace(trace_path, "philly").head(40), load_cluster("sample_clusters/sia-64.yaml"),
+                            "fcfs", seeds=range(1), options=SimOptions()).summary_dict()
+    assert data["jobs"] == 40 and data["avg_jct_s"] == pytest.approx(direct["avg_jct_s"])
+
+
+def test_simulate_bad_trace_exits_2(capsys):
+    code, _, err = run(capsys, "simulate", "--trace", "tests/data/wrong_header.csv", "--trace-format", "philly",
+                       "--cluster", "sample_clusters/sia-64.yaml")
+    assert code == 2 and "missing column" in err
