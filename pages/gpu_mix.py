@@ -79,7 +79,7 @@ with right:
     trace = common.trace_picker("wi")
     c1, c2 = st.columns(2)
     policy = c1.selectbox("Policy", list(REGISTRY), key="wi_policy",
-                          index=list(REGISTRY).index("frenzy-share") if "frenzy-share" in REGISTRY else 0)
+                          index=list(REGISTRY).index("frenzy-eft") if "frenzy-eft" in REGISTRY else 0)
     seeds = c2.number_input("seeds", min_value=1, max_value=10, value=2, step=1, key="wi_seeds")
 
 try:

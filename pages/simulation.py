@@ -18,7 +18,8 @@ common.page_setup()
 
 ss = st.session_state
 HOUR = 3600.0
-POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "fcfs": "#ef6c00", "sia": "#2e7d32"}
+POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "fcfs": "#ef6c00",
+                  "sia": "#2e7d32"}
 SLOW_POLICIES = {"sia": "Sia solves an ILP every 60 s round: tens of seconds for 200 jobs"}
 
 
@@ -39,7 +40,7 @@ def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> dict
 
 
 def colour(policy: str) -> str:
-    return POLICY_COLOURS.get(policy, "#6a1b9a")
+    return POLICY_COLOURS.get(policy, "#5d4037")
 
 
 st.title("Simulation")
@@ -51,7 +52,7 @@ st.caption(f"Trace-driven simulation on **{cluster.name}** ({cluster.total_gpus}
 with st.container(border=True):
     trace = common.trace_picker("sim")
     c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
-    policies = c1.multiselect("Policies", list(REGISTRY), default=[p for p in ("frenzy", "frenzy-share", "fcfs") if p in REGISTRY],
+    policies = c1.multiselect("Policies", list(REGISTRY), default=[p for p in ("frenzy", "frenzy-eft", "fcfs") if p in REGISTRY],
                               key="sim_policies")
     seeds = c2.number_input("seeds", min_value=1, max_value=20, value=3, step=1, key="sim_seeds",
                             help="independent mappings of the trace; confidence intervals are over seeds")

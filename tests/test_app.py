@@ -215,9 +215,9 @@ def test_small_simulation_runs_and_its_table_appears(app):
     app.button(key="sim_run").click().run()
     no_failure(app)
     results = app.session_state.sim_results
-    assert set(results) == {"frenzy", "frenzy-share", "fcfs"}
+    assert set(results) == {"frenzy", "frenzy-eft", "fcfs"}
     summary = next(d.value for d in app.dataframe if "policy" in d.value.columns and "avg JCT h" in d.value.columns)
-    assert list(summary["policy"]) == ["frenzy", "frenzy-share", "fcfs"]
+    assert list(summary["policy"]) == ["frenzy", "frenzy-eft", "fcfs"]
     assert any(b.label.startswith("Download per-job") for b in app.get("download_button"))
 
 

@@ -128,3 +128,75 @@ def test_frenzy_share_caps_each_job_at_its_fair_share_never_below_its_smallest_p
     (d,) = policy.decide(one)
     fastest = min(p.time_to_train_s for _, _, _, p in policy.ranked(view.jobs[4])[0])  # for 1e9 tokens
     assert d.plan.time_to_train_s == pytest.approx(fastest * view.jobs[4].job.tokens / 1e9)
+
+
+def _view_with_fast_gpus_busy(end_s: float, queued: int = 0, running: int = 4):
+    """frenzy-eft's view: job `running` holds all 8 A100s until end_s (predicted), job `queued` waits; T4s free."""
+    policy, view = _view("frenzy-eft")
+    index = view.index
+    jobs = list(view.jobs)
+    for st in jobs:
+        st.state = "future"
+    hog = jobs[running]
+    hog.state = "running"
+    hog.plan = policy.ctx.table.best(hog.job.spec, hog.job.training, "A100-80GB", 8)
+    hog.run_end_s = end_s
+    jobs[queued].state = "queued"
+    free = np.array([0, 0, 4, 4], dtype=np.int64)  # nodes a0, a1 (A100) full; t0, t1 (T4) free
+    free.flags.writeable = False
+    view = SchedulerView(now_s=0.0, index=index, free=free,
+                         free_by_type=tuple(int(x) for x in index.free_by_type(free)),
+                         queue=ReadOnlyList([queued]), running=ReadOnlyList([running]), jobs=ReadOnlyList(jobs),
+                         release_epoch=0)
+    return policy, view
+
+
+def _fastest_capped(policy, view, j, gpu_type):
+    """Run time of job j's fastest plan of this type within its fair-share cap (2 jobs, 16 GPUs: cap 8)."""
+    st = view.jobs[j]
+    plans = policy.candidates(view, st, policy.ranked(st)[0])
+    return min(st.job.tokens / p.tokens_per_s for _, _, _, p in plans if p.gpu_type == gpu_type)
+
+
+def test_frenzy_eft_waits_for_fast_gpus_when_that_finishes_earlier():
+    """The g03 case: the A100s free up soon, so waiting for them beats starting now on slow T4s."""
+    policy, view = _view_with_fast_gpus_busy(end_s=720.0)
+    fast, slow = _fastest_capped(policy, view, 0, "A100-80GB"), _fastest_capped(policy, view, 0, "T4")
+    assert 720.0 + fast < slow  # the premise: waiting 12 min for the A100s finishes first
+    assert policy.decide(view) == []  # waits (frenzy-share would start on the T4s now)
+    assert [d.placement.gpu_type for d in REGISTRY["frenzy-share"](policy.ctx).decide(view)] == ["T4"]
+
+
+def test_frenzy_eft_starts_now_on_slow_gpus_when_waiting_would_finish_later():
+    policy, view = _view_with_fast_gpus_busy(end_s=1e7)
+    assert _fastest_capped(policy, view, 0, "T4") < 1e7
+    (d,) = policy.decide(view)
+    assert isinstance(d, Start) and d.job == 0 and d.placement.gpu_type == "T4"
+    assert d.plan.time_to_train_s == pytest.approx(_fastest_capped(policy, view, 0, "T4"))
+
+
+def test_frenzy_eft_reservation_keeps_later_jobs_off_the_gpus_a_waiting_job_needs():
+    """With reserve=True, a later job may not take the T4s an earlier one waits for unless it finishes before."""
+    # the A100s are held for good (a 1e12 s hog), 4 T4s are free and job 5 frees the other 4 at 1200 s; no share
+    # cap. Job 1 (8 x T4: 1971 s, 4 x T4: 3771 s) waits for all 8 T4s; job 0 (4 x T4: 1782 s) would start now.
+    policy, view = _view_with_fast_gpus_busy(end_s=1e12)
+    policy = type("NoCap", (type(policy),), {"share_cap": False})(policy.ctx)
+    jobs = list(view.jobs)
+    t4_hog = jobs[5]
+    t4_hog.state, t4_hog.run_end_s = "running", 1200.0
+    t4_hog.plan = policy.ctx.table.best(t4_hog.job.spec, t4_hog.job.training, "T4", 4)
+    for j in (0, 1):
+        jobs[j].state = "queued"
+    free = np.array([0, 0, 0, 4], dtype=np.int64)  # t0 held by job 5 until 1200 s
+    free.flags.writeable = False
+    index = view.index
+    view = SchedulerView(now_s=0.0, index=index, free=free,
+                         free_by_type=tuple(int(x) for x in index.free_by_type(free)),
+                         queue=ReadOnlyList([1, 0]), running=ReadOnlyList([4, 5]), jobs=ReadOnlyList(jobs),
+                         release_epoch=0)
+    plain = {d.job: d for d in policy.decide(view)}
+    reserving = type("R", (type(policy),), {"reserve": True})(policy.ctx)
+    held = {d.job: d for d in reserving.decide(view)}
+    assert 1 not in plain and 1 not in held  # job 1 waits for all 8 T4s (1200 + 1971 < 3771 s) in both modes
+    assert plain[0].placement.gpu_type == "T4"  # without a reservation job 0 takes the free T4s now ...
+    assert not held  # ... with one it may not: it would hold them past 1200 s, and no T4 is spare then

@@ -102,6 +102,33 @@ def test_golden_hand_check_frenzy_share(golden_cluster):
     assert want.loc[("frenzy-share", "g02"), "jct_s"] == pytest.approx(g02.tokens / t4.tokens_per_s, rel=1e-6)
 
 
+def test_golden_hand_check_frenzy_eft(golden_cluster):
+    """frenzy-eft: frenzy-share's candidates, the one with the earliest predicted finish (waiting if need be).
+
+    g00 arrives at 0 alone: every plan starts now, so it takes the fastest (8 x A100-80GB), as frenzy-share does.
+    g03 arrives at 1627 s while g01 holds all 8 A100s until 934 + its run time (2905.4 s) and g02 the 2 T4s; at
+    2180 s g02 ends (cap = 10 / (1 running + 1 waiting) = 5): 2 x T4 now would take ~13 h, the fastest plan of
+    <= 5 A100s (4 GPUs) after g01's end far sooner, so g03 waits for it (frenzy-share: 2 x T4, 13.9 h):
+    JCT = g01's end - 1627 + tokens / that plan's tokens/s.
+    """
+    want = pd.read_csv(DATA / "golden_jct.csv").set_index(["policy", "job_id"])
+    w = map_trace(_golden_trace(), golden_cluster, seed=0, estimator=AnalyticEstimator())
+    est = AnalyticEstimator()
+    g00, g01, g03 = w.jobs[0], w.jobs[1], w.jobs[3]
+    fastest = est.rank(ZOO[g00.model], g00.training, golden_cluster, "time", 0.10)[0]
+    assert want.loc[("frenzy-eft", "g00"), "jct_s"] == pytest.approx(g00.tokens / fastest.tokens_per_s, rel=1e-6)
+    fastest01 = est.rank(ZOO[g01.model], g01.training, golden_cluster, "time", 0.10)[0]
+    assert (fastest01.gpu_type, fastest01.num_gpus) == ("A100-80GB", 8)  # g01 arrives to idle A100s: takes all 8
+    g01_end = 934.0 + g01.tokens / fastest01.tokens_per_s
+    assert g01_end == pytest.approx(934.0 + want.loc[("frenzy-eft", "g01"), "jct_s"], rel=1e-6)
+    a100 = [p for p in est.rank(ZOO[g03.model], g03.training, golden_cluster, "time", 0.10)
+            if p.gpu_type == "A100-80GB" and p.num_gpus <= 5][0]
+    assert a100.num_gpus == 4 and want.loc[("frenzy-eft", "g03"), "gpu_type"] == "A100-80GB"
+    assert want.loc[("frenzy-eft", "g03"), "jct_s"] == pytest.approx(g01_end - 1627 + g03.tokens / a100.tokens_per_s,
+                                                                     rel=1e-6)
+    assert want.loc[("frenzy-eft", "g03"), "jct_s"] < want.loc[("frenzy-share", "g03"), "jct_s"] / 10
+
+
 @pytest.mark.parametrize("policy", sorted(REGISTRY))
 def test_every_job_finishes_and_gpus_are_conserved(golden_cluster, policy):
     r = simulate(_golden_trace(), golden_cluster, policy, seed=0, options=OPTS)

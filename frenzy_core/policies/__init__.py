@@ -5,12 +5,14 @@ from __future__ import annotations
 from frenzy_core.policies.base import Decision, Policy, PolicyContext, Preempt, Reject, SchedulerView, Start
 from frenzy_core.policies.fcfs import FcfsPolicy
 from frenzy_core.policies.frenzy import FrenzyPolicy
+from frenzy_core.policies.frenzy_eft import FrenzyEftPolicy
 from frenzy_core.policies.frenzy_share import FrenzySharePolicy
 from frenzy_core.policies.sia import SiaPolicy
 
 REGISTRY: dict[str, type[Policy]] = {
     "frenzy": FrenzyPolicy,
     "frenzy-share": FrenzySharePolicy,
+    "frenzy-eft": FrenzyEftPolicy,
     "fcfs": FcfsPolicy,
     "sia": SiaPolicy,
 }

@@ -67,6 +67,7 @@ class JobStatus:
         self.plan: Plan | None = None  # current plan while running
         self.placement: Placement | None = None
         self.run_start_s = 0.0
+        # predicted end of the current run (performance model; what a real scheduler knows of a running job)
         self.run_end_s = 0.0
         self.first_start_s: float | None = None
         self.finish_s: float | None = None
@@ -86,7 +87,7 @@ class SchedulerView:
     free: np.ndarray  # free GPUs per node (read-only array)
     free_by_type: tuple[int, ...]  # free GPUs per type, in index.type_names order
     queue: Sequence[int]  # waiting jobs, in queue order (arrival, or resubmission for failed/preempted jobs)
-    running: Sequence[int]  # running jobs
+    running: Sequence[int]  # running jobs (jobs[j].run_end_s: their predicted end, from the performance model)
     jobs: Sequence[JobStatus]  # every job's record (read only)
     release_epoch: int  # bumped whenever GPUs are released: a job that did not fit cannot fit until it changes
 
