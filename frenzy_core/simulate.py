@@ -202,16 +202,26 @@ def simulate(trace, cluster: Cluster, policy_name: str, seed: int = 0, options: 
 
 
 def simulate_seeds(trace, cluster: Cluster, policy_name: str, seeds: Iterable[int] = (0,),
-                   options: SimOptions | None = None, progress: Callable[[float], None] | None = None
-                   ) -> MultiSeedResult:
-    """`simulate` once per seed (each seed maps the trace anew); progress spans all seeds."""
+                   options: SimOptions | None = None, progress: Callable[[float], None] | None = None,
+                   workload_cluster: Cluster | None = None) -> MultiSeedResult:
+    """`simulate` once per seed (each seed maps the trace anew); progress spans all seeds.
+
+    `workload_cluster`: map the trace's jobs to LLM jobs on this cluster instead of the simulated one. A what-if
+    that compares candidate clusters must pass today's cluster here, so that every candidate runs the *same* jobs
+    (the mapping calibrates token budgets on a reference GPU type of the cluster it is given).
+    """
     seeds = list(seeds)
     if not seeds:
         raise SpecError("seeds", "give at least one seed (e.g. seeds=range(3))")
+    opts = options or SimOptions()
     results = []
     for k, s in enumerate(seeds):
         sub = None if progress is None else (lambda f, k=k: progress((k + f) / len(seeds)))
-        results.append(simulate(trace, cluster, policy_name, seed=s, options=options, progress=sub))
+        jobs = trace
+        if workload_cluster is not None and not isinstance(trace, Workload):
+            est = opts.estimator if opts.estimator is not None else DefaultEstimator()
+            jobs = map_trace(trace, workload_cluster, s, estimator=est)
+        results.append(simulate(jobs, cluster, policy_name, seed=s, options=opts, progress=sub))
     return MultiSeedResult(tuple(results))
 
 

@@ -109,7 +109,8 @@ if run and trace is not None:
         for i, (label, cl) in enumerate(candidates.items()):
             def progress(f: float, i=i, label=label) -> None:
                 bar.progress(min(100, int(100 * (i + f) / n)), text=f"Simulating {label} ({i + 1}/{n})")
-            res = simulate_seeds(trace, cl, policy, seeds=range(int(seeds)), options=SimOptions(), progress=progress)
+            res = simulate_seeds(trace, cl, policy, seeds=range(int(seeds)), options=SimOptions(), progress=progress,
+                                 workload_cluster=base)  # every candidate runs the same LLM jobs
             avg, lo, hi = res.ci("avg_jct_s")
             m = res.summary_dict()
             cost = cluster_cost_per_hour(cl)

@@ -65,3 +65,23 @@ def test_pareto_front_drops_dominated_points_and_keeps_ties():
     assert pareto_front([1, 2, 3], [3.0, 2.0, 1.0]) == [True, True, True]
     assert pareto_front([1, 1, 2], [2.0, 2.0, 3.0]) == [True, True, False]
     assert pareto_front([], []) == []
+
+
+def test_candidates_run_the_same_jobs_when_mapped_on_todays_cluster():
+    """Regression: the mapping calibrates tokens on the cluster's reference GPU type; adding H100s must not change
+    the workload being compared (it once made '+16 H100' look slower by giving every job 2.8x more tokens)."""
+    from pathlib import Path
+
+    from frenzy_core.cluster import load_cluster
+    from frenzy_core.simulate import simulate_seeds
+    from frenzy_core.traces import bundled_traces, load_trace
+    from frenzy_core.whatif import add_gpus
+
+    repo = Path(__file__).resolve().parents[1]
+    base = load_cluster(repo / "sample_clusters" / "modern-mixed.yaml")
+    bigger = add_gpus(base, "H100-80GB", 16)
+    path, fmt = bundled_traces()["philly-2000"]
+    trace = load_trace(path, fmt).head(30)
+    a = simulate_seeds(trace, base, "fcfs", seeds=[0], workload_cluster=base).results[0].jobs_frame()
+    b = simulate_seeds(trace, bigger, "fcfs", seeds=[0], workload_cluster=base).results[0].jobs_frame()
+    assert list(a["tokens"]) == list(b["tokens"]) and list(a["model"]) == list(b["model"])
