@@ -109,7 +109,8 @@ def main() -> None:
     for c, w, label, _seed, m in results:
         table.setdefault((c, w, label), []).append(m)
     lines = ["# Scheduler simulation results", "",
-             "Written by `bench/jct.py` (mean and 95% Student-t interval over seeds: 10 per main setting, 5 per "
+             "Written by `bench/jct.py` (mean and 95% Student-t interval over seeds, lower bound clipped at 0 "
+             "since no column can be negative: 10 seeds per main setting, 5 per "
              "held-out one). Sia workloads (160 jobs per philly/saturn workload, 960 per newtrace one) mapped to LLM jobs by "
              "`workload.map_trace`; memory and speed from `memory.py` / `perf.py`. See docs/simulation.md for the "
              f"model. `frenzy` is the paper's policy with the default objective ({default!r}); `frenzy-time` the "
@@ -130,7 +131,7 @@ def main() -> None:
             ms = table[(c, w, label)]
 
             def ci(k, scale, ms=ms):
-                m, lo, hi = mean_ci([x[k] for x in ms])
+                m, lo, hi = mean_ci([x[k] for x in ms], nonnegative=True)  # every column is >= 0
                 return f"{m / scale:.2f} [{lo / scale:.2f}, {hi / scale:.2f}]", m
 
             avg, avg_v = ci("avg_jct_s", 3600)

@@ -24,7 +24,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per sample (default 1024)")
-    p.add_argument("--micro-batch", type=int, default=1, help="samples per forward/backward per GPU (default 1)")
+    if split:
+        p.add_argument("--micro-batch", type=int, default=1, help="samples per forward/backward per GPU (default 1)")
+    else:
+        p.add_argument("--micro-batch", type=int, default=None,
+                       help="fix every plan's micro-batch (default: the planner picks the fastest that fits)")
     p.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step (default micro x dp)")
     p.add_argument("--precision", default="amp", choices=["amp", "bf16-master", "fp32"])
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "sgd"])
@@ -50,11 +54,12 @@ def _model(args):
 def _training(args, dp: int = 1):
     from frenzy_core.training import make_training
 
-    if args.micro_batch <= 0:
-        raise SpecError("micro_batch", f"must be a positive integer, got {args.micro_batch}")
-    global_batch = args.global_batch if args.global_batch is not None else args.micro_batch * dp
+    micro_batch = args.micro_batch if args.micro_batch is not None else 1
+    if micro_batch <= 0:
+        raise SpecError("micro_batch", f"must be a positive integer, got {micro_batch}")
+    global_batch = args.global_batch if args.global_batch is not None else micro_batch * dp
     return make_training(
-        seq_len=args.seq_len, global_batch=global_batch, micro_batch=args.micro_batch, precision=args.precision,
+        seq_len=args.seq_len, global_batch=global_batch, micro_batch=micro_batch, precision=args.precision,
         optimizer=args.optimizer, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
         attention=args.attention, dropout=args.dropout, recompute=args.recompute,
         sequence_parallel=args.sequence_parallel,
@@ -123,17 +128,21 @@ def cmd_plans(args) -> int:
     model = _model(args)
     if args.global_batch is None:
         raise SpecError("global_batch", "required for plans: pass --global-batch N (samples per optimizer step)")
+    if args.top < 0:
+        raise SpecError("top", f"must be 0 (all plans) or positive, got {args.top}")
     training = _training(args)
     cluster = load_cluster(args.cluster)
     result = rank_plans(model, training, cluster, objective=args.objective, tokens=args.tokens, method=args.method,
-                        safety_margin=args.safety_margin)
+                        safety_margin=args.safety_margin, micro_batch=args.micro_batch)
     top = result.plans[: args.top] if args.top else result.plans
+    if not result.plans:  # infeasible: the explanation goes to stderr in both modes, the exit status says it
+        if args.json:
+            print("[]")
+        print(f"frenzy plans: {result.explanation}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
         return 0
-    if not result.plans:
-        print(result.explanation)
-        return 1
     print(f"{len(result.plans)} feasible plans for {model.name} on {cluster.name}, ranked by {args.objective}:")
     print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3} {'gpus':>5} {'mb':>3} {'GiB/GPU':>8} {'step s':>8} "
           f"{'days':>7} {'GPU-h':>9} {'cost $':>10}")

@@ -62,6 +62,11 @@ class TypeSummary:
     max_gpus_per_node: int  # the largest node: bounds tensor parallelism
     min_intra_link_gbyte_s: float  # the slowest intra-node link among its nodes
     min_network_gbit_s: float  # the slowest network link among its nodes
+    node_sizes: tuple[tuple[int, int], ...] = ()  # (GPUs per node, number of such nodes), ascending size
+
+    def capacity_for_tp(self, tp: int) -> int:
+        """GPUs usable by a plan whose tensor-parallel groups of `tp` must each sit inside one node."""
+        return sum(count * (size // tp) * tp for size, count in self.node_sizes)
 
 
 class Cluster(BaseModel):
@@ -82,11 +87,11 @@ class Cluster(BaseModel):
         seen: set[str] = set()
         for i, node in enumerate(self.nodes):
             if node.name in seen:
-                raise ValueError(f"node {i} ({node.name!r}): duplicate node name; names must be unique")
+                raise ValueError(f"nodes[{i}] ({node.name!r}): duplicate node name; names must be unique")
             seen.add(node.name)
             if node.gpu_type not in known:
                 raise ValueError(
-                    f"node {i} ({node.name!r}): gpu_type {node.gpu_type!r} is not in the catalog; "
+                    f"nodes[{i}] ({node.name!r}): gpu_type {node.gpu_type!r} is not in the catalog; "
                     f"use one of {', '.join(known)} or define it under gpu_types"
                 )
         return self
@@ -109,7 +114,9 @@ class Cluster(BaseModel):
         """Per GPU type present (first-seen order): totals and slowest links. Computed once per (immutable) cluster."""
         table = self.type_table
         acc: dict[str, list] = {}
+        sizes: dict[str, Counter[int]] = {}
         for node in self.nodes:
+            sizes.setdefault(node.gpu_type, Counter())[node.num_gpus] += 1
             intra = node.intra_link_gbyte_s or table[node.gpu_type].intra_link_gbyte_s
             row = acc.get(node.gpu_type)
             if row is None:
@@ -119,7 +126,7 @@ class Cluster(BaseModel):
                 row[1] = max(row[1], node.num_gpus)
                 row[2] = min(row[2], intra)
                 row[3] = min(row[3], node.network_gbit_s)
-        return {k: TypeSummary(*v) for k, v in acc.items()}
+        return {k: TypeSummary(*v, node_sizes=tuple(sorted(sizes[k].items()))) for k, v in acc.items()}
 
     def gpus_by_type(self) -> dict[str, int]:
         counts: Counter[str] = Counter()
@@ -168,14 +175,14 @@ def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
         try:
             gpu_types.append(GPUType(**g) if isinstance(g, dict) else GPUType.model_validate(g))
         except ValidationError as err:
-            e = from_validation_error(err)
+            e = from_validation_error(err, fields=GPUType.model_fields)
             raise SpecError(f"gpu_types[{i}].{e.field}", e.reason, source) from None
     nodes = _expand(data["nodes"], source)
     for i, n in enumerate(nodes):
         try:
             Node(**n)
         except ValidationError as err:
-            e = from_validation_error(err)
+            e = from_validation_error(err, fields=Node.model_fields)
             raise SpecError(f"node {n.get('name')!r}.{e.field}", e.reason, source) from None
         except TypeError:
             raise SpecError(f"nodes[{i}]", "node fields must be key: value pairs", source) from None
@@ -183,7 +190,7 @@ def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
         return Cluster(name=data.get("name", Path(source).stem), description=data.get("description", ""),
                        gpu_types=tuple(gpu_types), nodes=tuple(Node(**n) for n in nodes))
     except ValidationError as err:
-        raise from_validation_error(err, source) from None
+        raise from_validation_error(err, source, fields=("nodes",)) from None
 
 
 def parse_cluster_yaml(text: str, source: str = "cluster.yaml") -> Cluster:
@@ -203,6 +210,12 @@ def load_cluster(path: str | Path) -> Cluster:
         text = p.read_text()
     except FileNotFoundError:
         raise SpecError("cluster", f"file not found: {p}") from None
+    except IsADirectoryError:
+        raise SpecError("cluster", f"{p} is a folder; give the path of a cluster YAML file") from None
+    except UnicodeDecodeError:
+        raise SpecError("cluster", f"{p.name} is not a text file; give a cluster YAML file") from None
+    except OSError as err:
+        raise SpecError("cluster", f"cannot read {p}: {err.strerror}") from None
     return parse_cluster_yaml(text, source=p.name)
 
 

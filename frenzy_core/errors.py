@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from pydantic import ValidationError
 
 
@@ -20,13 +23,22 @@ class SpecError(ValueError):
         super().__init__(f"{prefix}{field}: {message}")
 
 
-def from_validation_error(err: ValidationError, source: str | None = None) -> SpecError:
-    """Turn pydantic's multi-line error into one SpecError naming the first bad field."""
+def from_validation_error(
+    err: ValidationError, source: str | None = None, fields: Iterable[str] = ()
+) -> SpecError:
+    """Turn pydantic's multi-line error into one SpecError naming the first bad field.
+
+    Errors raised by a whole-model validator carry no location; their messages start with the field name (our
+    convention), so when that first word is one of `fields` it becomes the field.
+    """
     first = err.errors()[0]
-    field = ".".join(str(p) for p in first.get("loc", ())) or "(input)"
+    field = ".".join(str(p) for p in first.get("loc", ()))
     msg = first.get("msg", "invalid value")
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
+    if not field:
+        lead = re.match(r"([A-Za-z_][A-Za-z0-9_]*)", msg)
+        field = lead.group(1) if lead and lead.group(1) in set(fields) else "(input)"
     if "input" in first and not msg.endswith(")") and first.get("type") != "value_error":
         msg = f"{msg} (got {first['input']!r})"
     extra = len(err.errors()) - 1

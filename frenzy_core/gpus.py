@@ -122,4 +122,4 @@ def make_gpu(**fields) -> GPUType:
     try:
         return GPUType(**fields)
     except ValidationError as err:
-        raise from_validation_error(err) from None
+        raise from_validation_error(err, fields=GPUType.model_fields) from None

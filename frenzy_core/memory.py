@@ -10,7 +10,7 @@ Two methods:
   activations autograd saves (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4 / Table 2, corrected for what the
   code actually stores: fp32 residual stream under AMP, flash attention, GQA, SwiGLU, RMSNorm, ...), the logits and
   loss buffers, autocast's cached bf16 weight copies and the optimizer's foreach temporary. The peak is the larger of
-  the optimizer-step phase and the start-of-backward phase, never their sum (shared/reference/memory-findings.md).
+  the optimizer-step phase and the start-of-backward phase, never their sum (docs/memory.md, "The peak moves").
 
 Both are calibrated against `frenzy_core.tracer` (real training steps under fake tensors, storages counted like the
 CUDA caching allocator): see bench/memory_accuracy.py and docs/memory.md. Everything here is numpy arithmetic on
@@ -52,7 +52,7 @@ PAPER_SPLIT_COEFF = 24  # ... sbh terms split by t ...
 PAPER_SCORES_COEFF = 5  # ... and the 5as^2b attention-score terms (Korthikanti et al. Table 2, no recomputation)
 
 # --- the detailed model's constants --------------------------------------------------------------------------------
-# Loss buffers per logit element at the start of backward (traced, memory-findings.md "Logits and loss"):
+# Loss buffers per logit element at the start of backward (traced; docs/memory.md "Logits and loss"):
 # cross_entropy runs in fp32 and saves its fp32 log-softmax; LogSoftmaxBackward then holds that saved output, the
 # incoming fp32 gradient from nll_loss and the fp32 gradient it produces, all at once.
 LOGSOFTMAX_SAVED_BYTES = FP32_BYTES
@@ -71,7 +71,7 @@ ZERO3_GATHERED_LAYERS = 2
 
 @dataclass(frozen=True)
 class OverheadSpec:
-    """What a traced peak cannot see, added on top of the allocated peak (memory-findings.md, "CPU vs CUDA").
+    """What a traced peak cannot see, added on top of the allocated peak (docs/memory.md, "CPU vs CUDA").
 
     >>> DEFAULT_OVERHEAD.cuda_context_bytes == 512 * MIB
     True
@@ -85,7 +85,7 @@ class OverheadSpec:
 
 
 NO_OVERHEAD = OverheadSpec(0, 0, 0, 0.0)
-# Defaults sit in the middle of the ranges measured in memory-findings.md: 0.5 GiB context, 0.5 GiB of NCCL buffers
+# Defaults sit inside the ranges in docs/memory.md ("CPU vs CUDA"): 0.5 GiB context, 0.5 GiB of NCCL buffers
 # (one data-parallel and one tensor-parallel communicator at NCCL_BUFFSIZE=4 MiB x channels x peers), 64 MiB of
 # workspaces, 5% fragmentation (PyTorch >= 2.1 with typical training allocation patterns).
 DEFAULT_OVERHEAD = OverheadSpec(
@@ -434,7 +434,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b):
     ):
         weights, grads, optimizer = model_state_bytes(params, ps, opt_state, shard_optimizer, d)
         updated_params = params / d if shard_optimizer >= 1 else params  # the params this GPU's optimizer updates
-        # Optimizer step (memory-findings.md "The peak moves"): all gradients, all states, the foreach temporary.
+        # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
         optimizer_step = {
             "weights": weights,
             "gradients": grads,

@@ -15,6 +15,12 @@ SUMMARY_KEYS = ("jobs", "completed", "gave_up", "rejected", "avg_jct_s", "p99_jc
                 "gpu_hours", "oom_failures", "sched_overhead_ms_per_decision", "wall_s")
 # JCT, queueing and percentiles are over completed jobs only: a job given up after `max_oom_retries` out-of-memory
 # failures, or rejected, has no completion time; `gave_up` and `rejected` count them so no table hides them.
+COUNT_KEYS = ("jobs", "completed", "gave_up", "rejected", "oom_failures")  # ints in a summary when integral
+# Metrics that cannot be negative: their confidence intervals are clipped at 0 (see mean_ci).
+NONNEGATIVE_KEYS = frozenset({
+    "jobs", "completed", "gave_up", "rejected", "avg_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s",
+    "p99_queue_s", "makespan_s", "gpu_hours", "avg_utilisation", "oom_failures", "oom_wasted_gpu_hours", "restarts",
+    "decisions", "sched_overhead_ms_per_decision", "wall_s"})
 
 
 def jct_stats(jct_s: np.ndarray) -> dict[str, float]:
@@ -31,20 +37,43 @@ def jct_stats(jct_s: np.ndarray) -> dict[str, float]:
             "p95_jct_s": float(np.percentile(x, 95)), "p99_jct_s": float(np.percentile(x, 99))}
 
 
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): Student-t interval over seeds; a single value gives a zero-width interval.
+def mean_ci(values: Sequence[float], confidence: float = 0.95, *,
+            nonnegative: bool = False) -> tuple[float, float, float]:
+    """(mean, low, high): Student-t interval over seeds; NaN and None values are left out.
+
+    With fewer than 2 values there is no spread to estimate, so the bounds are NaN (pages show "n/a"): a zero-width
+    interval would read as certainty. Values that all agree give a zero-width interval (the t-interval with s = 0).
+    `nonnegative=True` clips the lower bound at 0 for quantities that cannot be negative (JCT, queueing delay,
+    makespan, GPU-hours, utilisation, counts); the symmetric t-interval can dip below 0 when seeds vary widely.
 
     >>> [round(v, 3) for v in mean_ci([1.0, 2.0, 3.0])]
     [2.0, -0.484, 4.484]
+    >>> [round(v, 3) for v in mean_ci([1.0, 2.0, 3.0], nonnegative=True)]
+    [2.0, 0.0, 4.484]
+    >>> mean_ci([5.0])
+    (5.0, nan, nan)
     """
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if x.size == 0:
         return (math.nan, math.nan, math.nan)
     m = float(x.mean())
-    if x.size < 2 or float(x.std(ddof=1)) == 0.0:
+    if x.size < 2:
+        return (m, math.nan, math.nan)
+    if float(x.std(ddof=1)) == 0.0:
         return (m, m, m)
     lo, hi = stats.t.interval(confidence, df=x.size - 1, loc=m, scale=stats.sem(x))
-    return (m, float(lo), float(hi))
+    lo = max(float(lo), 0.0) if nonnegative else float(lo)
+    return (m, lo, float(hi))
+
+
+def integral_mean(values: Sequence[float]) -> float | int:
+    """Mean of per-seed values, as an int when it is a whole number (counts on which every seed agrees).
+
+    >>> integral_mean([3, 3]), integral_mean([1, 2]), integral_mean([2.0, 4.0])
+    (3, 1.5, 3)
+    """
+    m = float(np.mean(values))
+    return int(m) if math.isfinite(m) and m == int(m) else m
 
 
 def busy_gpu_seconds(times_s: np.ndarray, busy: np.ndarray, until_s: float) -> float:

@@ -167,7 +167,7 @@ def make_model(**fields) -> ModelSpec:
     try:
         return ModelSpec(**fields)
     except ValidationError as err:
-        raise from_validation_error(err) from None
+        raise from_validation_error(err, fields=ModelSpec.model_fields) from None
 
 
 # --- the zoo: published configs ------------------------------------------------------------------------------------
@@ -248,9 +248,9 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
 
     def need(*keys: str):
         for k in keys:
-            if k in config:
+            if config.get(k) is not None:
                 return config[k]
-        raise SpecError(keys[0], f"missing from the {mtype} config.json; add it (an integer)")
+        raise SpecError(keys[0], f"missing (or null) in the {mtype} config.json; add it (an integer)")
 
     try:
         if mtype == "gpt2":
@@ -264,7 +264,8 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
         fields = dict(
             name=label, vocab_size=need("vocab_size"), hidden_size=need("hidden_size"),
             num_layers=need("num_hidden_layers"), num_heads=heads,
-            num_kv_heads=config.get("num_key_value_heads") or heads, ffn_size=need("intermediate_size"),
+            num_kv_heads=heads if config.get("num_key_value_heads") is None else config["num_key_value_heads"],
+            ffn_size=need("intermediate_size"),
             mlp_kind="swiglu", tie_embeddings=bool(config.get("tie_word_embeddings", False)), position_kind="rotary",
             max_positions=config.get("max_position_embeddings", 4096), norm_kind="rmsnorm",
             bias=bool(config.get("mlp_bias", False)),
@@ -279,7 +280,7 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
             fields["moe_top_k"] = config.get("num_experts_per_tok", 2)
         return ModelSpec(**fields)
     except ValidationError as err:
-        raise from_validation_error(err, source="config.json") from None
+        raise from_validation_error(err, source="config.json", fields=ModelSpec.model_fields) from None
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -289,6 +290,12 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         config = json.loads(p.read_text())
     except FileNotFoundError:
         raise SpecError("config", f"file not found: {p}") from None
+    except IsADirectoryError:
+        raise SpecError("config", f"{p} is a folder; give the path of its config.json") from None
+    except UnicodeDecodeError:
+        raise SpecError("config", f"{p.name} is not a text file; give a Hugging Face config.json") from None
+    except OSError as err:
+        raise SpecError("config", f"cannot read {p}: {err.strerror}") from None
     except json.JSONDecodeError as err:
         raise SpecError("config", f"{p.name} is not valid JSON (line {err.lineno}: {err.msg})") from None
     return model_from_hf_config(config, name=p.parent.name if p.name == "config.json" else p.stem)

@@ -30,7 +30,7 @@ from frenzy_core.errors import SpecError
 from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
 from frenzy_core.models import ModelSpec
 from frenzy_core.perf import step_time_totals
-from frenzy_core.training import TrainingSpec
+from frenzy_core.training import TrainingSpec, check_sequence
 
 OBJECTIVES = ("time", "gpu-hours", "cost", "gpus")
 DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of each GPU free: allocator fragmentation beyond the modelled overhead
@@ -62,7 +62,7 @@ class Plan:
         return asdict(self)
 
     def label(self) -> str:
-        return f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp} ({self.num_gpus} GPUs)"
+        return f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp} ({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})"
 
 
 _PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
@@ -180,10 +180,13 @@ def rank_plans(
     safety_margin: float = DEFAULT_SAFETY_MARGIN,
     overhead: OverheadSpec = DEFAULT_OVERHEAD,
     gpu_types: list[str] | None = None,
+    micro_batch: int | None = None,
 ) -> PlanSet:
     """Enumerate every (GPU type, d, t, p) of `cluster` for this job, keep those that fit, rank by `objective`.
 
-    >>> from frenzy_core.models import ZOO; from frenzy_core.training import TrainingSpec
+    The planner chooses each plan's micro-batch (`training.micro_batch` is not used); pass `micro_batch` to fix it.
+
+    >>> from frenzy_core.models import ZOO; from frenzy_core.training import TrainingSpec, check_sequence
     >>> from frenzy_core.cluster import parse_cluster_yaml
     >>> c = parse_cluster_yaml("nodes: [{name: n, gpu_type: A100-80GB, num_gpus: 8}]")
     >>> best = rank_plans(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=64, micro_batch=8), c).plans[0]
@@ -194,8 +197,12 @@ def rank_plans(
         raise SpecError("objective", f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}")
     if not 0.0 <= safety_margin < 1.0:
         raise SpecError("safety_margin", f"must be in [0, 1), got {safety_margin}")
-    if not tokens > 0:
-        raise SpecError("tokens", f"the token budget must be positive, got {tokens}")
+    if not (tokens > 0 and np.isfinite(tokens)):
+        raise SpecError("tokens", f"the token budget must be a positive, finite number, got {tokens}")
+    check_sequence(model, training)
+    if micro_batch is not None and (micro_batch <= 0 or training.global_batch % micro_batch):
+        raise SpecError("micro_batch", f"{micro_batch} must be a positive divisor of global_batch "
+                        f"({training.global_batch}), or None to let the planner choose")
 
     table = cluster.type_table
     summary = cluster.type_summary
@@ -211,7 +218,8 @@ def rank_plans(
 
     # The candidate grid shared by every GPU type: (d, b) with d x b dividing B, t dividing the heads, p the layers.
     d_all = _divisors(B)
-    pairs = [(d, b) for d in d_all if d <= max_total for b in _divisors(B // int(d))]
+    pairs = [(d, b) for d in d_all if d <= max_total for b in _divisors(B // int(d))
+             if micro_batch is None or b == micro_batch]
     t_all = _divisors(heads_gcd)
     t_all = t_all[t_all <= max_node]
     p_all = _divisors(model.num_layers)
@@ -236,7 +244,10 @@ def rank_plans(
         gpu = table[name]
         per_node = summary[name].max_gpus_per_node
         intra_gbyte_s, network_gbit_s = summary[name].min_intra_link_gbyte_s, summary[name].min_network_gbit_s
-        sel = (n_g <= by_type[name]) & (t_g <= per_node)
+        # a plan's t-groups each sit inside one node: only whole groups of t per node count
+        cap_by_t = {int(tv): summary[name].capacity_for_tp(int(tv)) for tv in t_all}
+        cap = np.array([cap_by_t[int(tv)] for tv in t_all], dtype=np.int64)[np.searchsorted(t_all, t_g)]
+        sel = (n_g <= cap) & (t_g <= per_node)
         if not sel.any():
             continue
         d, t, p, b, n, mem = d_g[sel], t_g[sel], p_g[sel], b_g[sel], n_g[sel], mem_g[sel]

@@ -145,16 +145,25 @@ class MultiSeedResult:
     results: tuple[SimResult, ...]
 
     def ci(self, key: str, confidence: float = 0.95) -> tuple[float, float, float]:
-        return metrics.mean_ci([r.metrics()[key] for r in self.results], confidence)
+        """(mean, low, high) of one metric over seeds; NaN bounds with one seed, low clipped at 0 when the metric
+        cannot be negative (`metrics.NONNEGATIVE_KEYS`)."""
+        return metrics.mean_ci([r.metrics()[key] for r in self.results], confidence,
+                               nonnegative=key in metrics.NONNEGATIVE_KEYS)
 
     def summary_dict(self) -> dict[str, Any]:
-        """Means over seeds of SimResult.summary_dict (jobs/completed/oom_failures summed per run, then averaged)."""
+        """Means over seeds of SimResult.summary_dict; `wall_s` is the total. Counts (jobs, completed, gave_up,
+        rejected, oom_failures) stay ints when their mean is a whole number (e.g. every seed agrees), e.g.
+        ``{"jobs": 30, "completed": 30, "gave_up": 0, ..., "oom_failures": 1.5, ..., "seeds": 2}``."""
         per = [r.summary_dict() for r in self.results]
         out: dict[str, Any] = {}
         for k in metrics.SUMMARY_KEYS:
             vals = [p[k] for p in per]
-            out[k] = sum(vals) if k == "wall_s" else float(np.mean(vals))
-        out["jobs"] = int(per[0]["jobs"])
+            if k == "wall_s":
+                out[k] = float(sum(vals))
+            elif k in metrics.COUNT_KEYS:
+                out[k] = metrics.integral_mean(vals)
+            else:
+                out[k] = float(np.mean(vals))
         out["seeds"] = len(per)
         return out
 
@@ -184,11 +193,13 @@ def simulate(trace, cluster: Cluster, policy_name: str, seed: int = 0, options: 
     """Run one policy over a trace (a `traces.Trace`, or a `workload.Workload` already mapped) on a cluster.
 
     The seed picks the models of the mapping (`workload.map_trace`); the rest is deterministic. `progress`, if
-    given, is called with the share of jobs finished (0..1), about every 1%, and with 1.0 at the end.
+    given, is called with the share of jobs finished (0..1), about every 1%, and with 1.0 at the end. A trace or
+    workload with no jobs (e.g. every row malformed) raises SpecError("trace", ...) naming the skipped rows' reasons.
     """
     opts = options or SimOptions()
     if policy_name not in REGISTRY:
         raise SpecError("policy", f"unknown policy {policy_name!r}; choose one of: {', '.join(REGISTRY)}")
+    _require_jobs(trace)
     t_wall = time.perf_counter()
     est = opts.estimator if opts.estimator is not None else DefaultEstimator()
     table = PlanTable(est, cluster)
@@ -213,6 +224,7 @@ def simulate_seeds(trace, cluster: Cluster, policy_name: str, seeds: Iterable[in
     seeds = list(seeds)
     if not seeds:
         raise SpecError("seeds", "give at least one seed (e.g. seeds=range(3))")
+    _require_jobs(trace)
     opts = options or SimOptions()
     results = []
     for k, s in enumerate(seeds):
@@ -223,6 +235,21 @@ def simulate_seeds(trace, cluster: Cluster, policy_name: str, seeds: Iterable[in
             jobs = map_trace(trace, workload_cluster, s, estimator=est)
         results.append(simulate(jobs, cluster, policy_name, seed=s, options=opts, progress=sub))
     return MultiSeedResult(tuple(results))
+
+
+def _require_jobs(trace) -> None:
+    """Refuse an empty trace or workload: a run over zero jobs would report NaN averages as if it had succeeded."""
+    jobs = trace.jobs if hasattr(trace, "jobs") else tuple(trace)
+    if len(jobs):
+        return
+    source = getattr(trace, "source", "the trace")
+    skipped = getattr(trace, "skipped", ())
+    detail = f"{source} has no jobs"
+    if skipped:
+        reasons = trace.skip_reasons() if hasattr(trace, "skip_reasons") else {}
+        top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        detail += f" (skipped {len(skipped)} rows: " + "; ".join(f"{n} {r}" for r, n in top) + ")"
+    raise SpecError("trace", f"no valid jobs to simulate: {detail}; check that the format matches the file")
 
 
 class _Run:

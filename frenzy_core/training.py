@@ -25,7 +25,7 @@ class PrecisionSetup:
 
     `amp` (PyTorch autocast, foreach AdamW) = 4 param + 4 grad + 4 exp_avg + 4 exp_avg_sq = 16 persistent bytes,
     plus a 2-byte bf16 weight copy that autocast caches during forward/backward and a 4-byte foreach temporary inside
-    `optimizer.step()` (shared/reference/memory-findings.md: "exactly 20 bytes per parameter inside the step").
+    `optimizer.step()` (docs/memory.md, "The peak moves": exactly 20 bytes per parameter inside the step).
     `bf16-master` (Megatron-LM, arXiv 1909.08053 + 2205.05198): 2 bf16 param + 4 fp32 main grad + 4 master weight
     + 4 + 4 Adam states = 18 bytes (the "18 bytes per parameter" of Megatron's distributed-optimizer docs).
     """
@@ -54,7 +54,7 @@ PRECISIONS: dict[str, PrecisionSetup] = {
 # Optimizer state bytes per parameter: AdamW keeps exp_avg and exp_avg_sq in fp32 (4 + 4); SGD with momentum 4.
 OPTIMIZER_STATE_BYTES: dict[str, int] = {"adamw": 8, "adamw-fused": 8, "sgd": 4}
 # Transient bytes per parameter inside optimizer.step(): foreach AdamW materialises one fp32 temporary per param
-# (memory-findings.md); the fused kernel and SGD do not.
+# (docs/memory.md, "The peak moves"); the fused kernel and SGD do not.
 OPTIMIZER_TRANSIENT_BYTES: dict[str, int] = {"adamw": 4, "adamw-fused": 0, "sgd": 0}
 
 
@@ -101,7 +101,7 @@ def make_training(**fields) -> TrainingSpec:
     try:
         return TrainingSpec(**fields)
     except ValidationError as err:
-        raise from_validation_error(err) from None
+        raise from_validation_error(err, fields=TrainingSpec.model_fields) from None
 
 
 @dataclass(frozen=True)
@@ -117,13 +117,24 @@ class Parallelism:
         return self.dp * self.tp * self.pp
 
 
+def check_sequence(model, training: TrainingSpec) -> None:
+    """A model with learned positions has a table of `max_positions` rows: a longer sequence cannot run."""
+    if model.position_kind == "learned" and training.seq_len > model.max_positions:
+        raise SpecError(
+            "seq_len",
+            f"{training.seq_len} exceeds the {model.max_positions} learned positions of {model.name}; "
+            f"use seq_len <= {model.max_positions} (or a rotary-position model)",
+        )
+
+
 def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
     """Validate a split against the model and batch; returns the gradient-accumulation steps.
 
     >>> from frenzy_core.models import ZOO
-    >>> check_parallelism(ZOO["gpt2"], TrainingSpec(global_batch=32, micro_batch=4), Parallelism(dp=2))
+    >>> check_parallelism(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=32, micro_batch=4), Parallelism(dp=2))
     4
     """
+    check_sequence(model, training)
     for field in ("dp", "tp", "pp"):
         if getattr(par, field) <= 0:
             raise SpecError(field, f"must be a positive integer, got {getattr(par, field)}")

@@ -1,19 +1,99 @@
-"""Procurement what-ifs: today's cluster plus N GPUs of a type, what a cluster costs per hour, and which candidates
-are on the cost / job-completion-time frontier.
+"""Procurement what-ifs: today's cluster plus N GPUs of a type, the candidate purchases offered by default and their
+validation, what a cluster costs per hour, and which candidates are on the cost / job-completion-time frontier.
 
-Pure functions on Cluster values; the GPU-mix page simulates each candidate and plots the frontier.
+Pure functions on Cluster values; the GPU-mix page edits the candidate rows, simulates each candidate and plots the
+frontier.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from frenzy_core.cluster import DEFAULT_NETWORK_GBIT_S, Cluster, Node
 from frenzy_core.errors import SpecError
 
 DEFAULT_GPUS_PER_NODE = 8  # the standard 8-GPU HGX / OVX server shape
+TODAY = "today"  # the label of the current cluster in a candidate set (reserved: no candidate may take it)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One purchase option: `count` more GPUs of `gpu_type`. Field names are the GPU-mix table's columns."""
+
+    candidate: str  # label on the frontier plot; rows with the same label add up into one option
+    gpu_type: str  # catalog (or cluster-defined) GPU type name
+    count: int  # GPUs to add
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # shape of the new nodes (the last one takes the remainder)
+
+
+# Offered when the page opens: one option per current-generation training GPU, of similar cost per hour.
+DEFAULT_CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("+16 H100", "H100-80GB", 16),
+    Candidate("+32 L40S", "L40S", 32),
+    Candidate("+24 A100-80GB", "A100-80GB", 24),
+)
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or blank: what an edited table holds in a cell the user has not filled."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or \
+        (isinstance(value, str) and not value.strip())
+
+
+def _whole(value: Any, field: str, what: str) -> int:
+    """A whole number from a table cell (an int, an integral float such as 16.0, or digits), else SpecError."""
+    if isinstance(value, bool):
+        raise SpecError(field, f"{what} must be a whole number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(field, f"{what} must be a whole number, got {value!r}") from None
+    if not math.isfinite(number) or number != int(number):
+        raise SpecError(field, f"{what} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def build_candidates(base: Cluster, rows: Iterable[Mapping[str, Any]]) -> dict[str, Cluster]:
+    """label -> cluster: `TODAY` (the base cluster) first, then one cluster per candidate label.
+
+    `rows` are `Candidate`-shaped mappings (the page's table records). Rows with the same label add up; a row whose
+    label and GPU type are both empty is skipped (the table keeps one while the user types). A bad row raises
+    SpecError naming the row or the candidate and the column, e.g. ``+16 H100.count``.
+
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> base = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8}]")
+    >>> rows = [{"candidate": "+8 L40S", "gpu_type": "L40S", "count": 8.0, "gpus_per_node": None}]
+    >>> {label: c.total_gpus for label, c in build_candidates(base, rows).items()}
+    {'today': 8, '+8 L40S': 16}
+    """
+    out: dict[str, Cluster] = {TODAY: base}
+    for i, row in enumerate(rows, start=1):
+        raw_label = row.get("candidate")
+        label = "" if _missing(raw_label) else str(raw_label).strip()
+        gpu_type = row.get("gpu_type")
+        if not label and _missing(gpu_type):
+            continue  # an empty row the editor keeps while the user types
+        if not label:
+            raise SpecError(f"row {i}.candidate", "give the candidate a name, e.g. '+16 H100'")
+        if label == TODAY:
+            raise SpecError(f"row {i}.candidate", f"'{TODAY}' is the current cluster; use another name")
+        if _missing(gpu_type):
+            raise SpecError(f"{label}.gpu_type", "choose a GPU type from the list")
+        if _missing(row.get("count")):
+            raise SpecError(f"{label}.count", "enter how many GPUs to add (a whole number)")
+        count = _whole(row.get("count"), f"{label}.count", "GPUs to add")
+        per_node = row.get("gpus_per_node")
+        per_node = DEFAULT_GPUS_PER_NODE if _missing(per_node) else \
+            _whole(per_node, f"{label}.gpus_per_node", "GPUs per node")
+        try:
+            out[label] = add_gpus(out.get(label, base), str(gpu_type), count, gpus_per_node=per_node)
+        except SpecError as err:
+            raise SpecError(f"{label}.{err.field}", err.reason) from None
+    return out
 
 
 def _slug(text: str) -> str:

@@ -3,6 +3,8 @@ against cost per hour, the frontier, the budget, and a table to export."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -11,46 +13,14 @@ from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.policies import REGISTRY
 from frenzy_core.simulate import SimOptions, simulate_seeds
-from frenzy_core.whatif import add_gpus, cluster_cost_per_hour, pareto_front
+from frenzy_core.whatif import DEFAULT_CANDIDATES, TODAY, build_candidates, cluster_cost_per_hour, pareto_front
 from pages import common
 
 common.page_setup()
 
 ss = st.session_state
 HOUR = 3600.0
-TODAY = "today"
-DEFAULT_CANDIDATES = pd.DataFrame([
-    {"candidate": "+16 H100", "gpu_type": "H100-80GB", "count": 16, "gpus_per_node": 8},
-    {"candidate": "+32 L40S", "gpu_type": "L40S", "count": 32, "gpus_per_node": 8},
-    {"candidate": "+24 A100-80GB", "gpu_type": "A100-80GB", "count": 24, "gpus_per_node": 8},
-])
-
-
-def build_candidates(base, frame: pd.DataFrame) -> dict:
-    """label -> cluster: today's, plus one per candidate label (rows with the same label add up)."""
-    out = {TODAY: base}
-    for i, row in enumerate(frame.to_dict("records"), start=1):
-        label = str(row.get("candidate") or "").strip()
-        gpu_type = row.get("gpu_type")
-        if not label and (gpu_type is None or gpu_type != gpu_type):
-            continue  # an empty row the editor keeps while the user types
-        if not label:
-            raise SpecError(f"row {i}.candidate", "give the candidate a name, e.g. '+16 H100'")
-        if label == TODAY:
-            raise SpecError(f"row {i}.candidate", f"'{TODAY}' is the current cluster; use another name")
-        if gpu_type is None or gpu_type != gpu_type:
-            raise SpecError(f"{label}.gpu_type", "choose a GPU type from the list")
-        try:
-            count = int(row.get("count"))
-            per_node = int(row.get("gpus_per_node") or 8)
-        except (TypeError, ValueError):
-            raise SpecError(f"{label}.count", "enter how many GPUs to add (a whole number)") from None
-        try:
-            out[label] = add_gpus(out.get(label, base), gpu_type, count, gpus_per_node=per_node)
-        except SpecError as err:
-            raise SpecError(f"{label}.{err.field}", err.reason) from None
-    return out
-
+DEFAULT_TABLE = pd.DataFrame([asdict(c) for c in DEFAULT_CANDIDATES])  # the editor's starting rows
 
 st.title("GPU mix what-if")
 base = common.cluster()
@@ -62,7 +32,7 @@ st.caption(f"Today: **{base.name}**, {base.total_gpus} GPUs "
 left, right = st.columns([1.3, 1], gap="large")
 with left:
     st.markdown("**Candidates** (rows with the same name add up)")
-    frame = st.data_editor(DEFAULT_CANDIDATES, key="wi_candidates", num_rows="dynamic", hide_index=True,
+    frame = st.data_editor(DEFAULT_TABLE, key="wi_candidates", num_rows="dynamic", hide_index=True,
                            width="stretch", column_config={
                                "candidate": st.column_config.TextColumn("candidate", required=True),
                                "gpu_type": st.column_config.SelectboxColumn("GPU type", options=list(CATALOG),
@@ -83,7 +53,7 @@ with right:
     seeds = c2.number_input("seeds", min_value=1, max_value=10, value=2, step=1, key="wi_seeds")
 
 try:
-    candidates = build_candidates(base, frame)
+    candidates = build_candidates(base, frame.to_dict("records"))
 except SpecError as err:
     common.show_error(err, "candidates")
     candidates = ss.get("wi_last_candidates") or {TODAY: base}
@@ -126,8 +96,9 @@ if run and trace is not None:
         table["within budget"] = table["added $/h"] <= budget + 1e-9
         table["on frontier"] = pareto_front(table["cost $/h"].tolist(), table["avg JCT h"].tolist())
         ss.wi_results = table
+        no_ci = " (no 95% interval with one seed: CI columns n/a)" if int(seeds) < 2 else ""
         ss.wi_meta = (f"{policy} on {ss.get('wi_trace_label') or trace.source} ({len(trace.jobs)} jobs), "
-                      f"{int(seeds)} seed(s); budget ${budget:,.0f}/h for additions")
+                      f"{int(seeds)} seed(s){no_ci}; budget ${budget:,.0f}/h for additions")
     bar.empty()
 
 table = ss.get("wi_results")

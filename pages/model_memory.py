@@ -45,6 +45,11 @@ def resolved(spec: ModelSpec) -> dict:
 def seed_model_widgets(spec: ModelSpec) -> None:
     for field, value in resolved(spec).items():
         ss[f"hp_{field}"] = value
+    # a model with learned positions cannot see more tokens than its table has rows: pull the sequence down to it
+    # (the user can still type a longer one and gets the error naming seq_len)
+    if spec.position_kind == "learned" and int(ss.get("tr_seq_len", 0)) > spec.max_positions:
+        ss.tr_seq_len = spec.max_positions
+        ss.seq_note = f"Sequence length set to {spec.max_positions}, the most {spec.name} has learned positions for."
 
 
 def seed_training_widgets() -> None:
@@ -150,6 +155,8 @@ with left:
             cols[i].checkbox(label, key=f"hp_{field}")
 
     st.subheader("Training setup", anchor=False)
+    if ss.get("seq_note"):
+        st.info(ss.pop("seq_note"))
     c1, c2, c3 = st.columns(3)
     c1.number_input("sequence length", min_value=1, step=256, key="tr_seq_len")
     c2.number_input("global batch", min_value=1, step=1, key="tr_global_batch",

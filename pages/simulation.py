@@ -39,6 +39,13 @@ def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> dict
     return results
 
 
+def ci_text(lo: float, hi: float) -> str:
+    """'low – high' in hours, or 'n/a' when there is no interval (one seed gives NaN bounds)."""
+    if np.isnan(lo) or np.isnan(hi):
+        return "n/a (one seed)"
+    return f"{lo / HOUR:.2f} – {hi / HOUR:.2f} h"
+
+
 def colour(policy: str) -> str:
     return POLICY_COLOURS.get(policy, "#5d4037")
 
@@ -92,7 +99,7 @@ if trace is not None and not ss.get("sim_results"):
 results = ss.get("sim_results")
 if results:
     st.subheader("Results", anchor=False)
-    st.caption(f"{ss.get('sim_meta', '')}. Means over seeds with 95% t-intervals.")
+    st.caption(f"{ss.get('sim_meta', '')}. Means over seeds with 95% t-intervals (n/a with one seed).")
 
     rows = []
     for name, res in results.items():
@@ -101,8 +108,8 @@ if results:
         m = res.summary_dict()
         rows.append({
             "policy": name, "completed": m["completed"], "jobs": m["jobs"],
-            "avg JCT h": avg / HOUR, "avg JCT 95% CI": f"{avg_lo / HOUR:.2f} – {avg_hi / HOUR:.2f}",
-            "p99 JCT h": p99 / HOUR, "p99 JCT 95% CI": f"{p99_lo / HOUR:.2f} – {p99_hi / HOUR:.2f}",
+            "avg JCT h": avg / HOUR, "avg JCT 95% CI": ci_text(avg_lo, avg_hi),
+            "p99 JCT h": p99 / HOUR, "p99 JCT 95% CI": ci_text(p99_lo, p99_hi),
             "avg queue h": m["avg_queue_s"] / HOUR, "makespan h": m["makespan_s"] / HOUR,
             "GPU-hours": m["gpu_hours"], "utilisation": res.ci("avg_utilisation")[0],
             "OOM failures": m["oom_failures"], "sched ms/decision": m["sched_overhead_ms_per_decision"],
@@ -110,7 +117,7 @@ if results:
     summary = pd.DataFrame(rows)
     cols = st.columns(len(rows))
     for col, row in zip(cols, rows, strict=True):
-        col.metric(f"{row['policy']}: avg JCT", f"{row['avg JCT h']:.2f} h", help=f"95% CI {row['avg JCT 95% CI']} h")
+        col.metric(f"{row['policy']}: avg JCT", f"{row['avg JCT h']:.2f} h", help=f"95% CI: {row['avg JCT 95% CI']}")
         col.caption(f"p99 {row['p99 JCT h']:.2f} h · OOM failures {row['OOM failures']:.1f}")
     st.dataframe(summary, hide_index=True, width="stretch", key="sim_summary", column_config={
         k: st.column_config.NumberColumn(format="%.2f") for k in

@@ -254,3 +254,13 @@ def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
     table = app.session_state.wi_results
     assert list(table["candidate"]) == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
     assert table["on frontier"].any()
+
+
+def test_picking_a_learned_position_model_pulls_the_sequence_down_to_its_table(app):
+    at = app
+    open_page(at, "pages/model_memory.py")
+    at.number_input(key="tr_seq_len").set_value(2048).run()
+    at.selectbox(key="zoo_pick").set_value("gpt2").run()
+    no_failure(at)
+    assert at.session_state.model.name == "gpt2" and at.session_state.training.seq_len == 1024
+    assert not at.error

@@ -2,8 +2,9 @@
 
 The server runs on a free port in its own process group and is stopped by killing that group by its PID. Each page is
 opened, waited for until the app reports `data-test-script-state="notRunning"`, checked for any
-`[data-testid="stException"]`, given one interaction, checked again, and screenshotted to artifacts/screenshots/
-(git-ignored). Skips with the reason when /usr/bin/chromium or the playwright package is missing.
+`[data-testid="stException"]` and for app.py's last-resort alert (every page exception becomes an `st.error` saying
+"Something went wrong", so a crash shows no stException), given one interaction, checked again, and screenshotted
+to artifacts/screenshots/ (git-ignored). Skips with the reason when /usr/bin/chromium or the playwright package is missing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--
 VIEWPORT = {"width": 1400, "height": 900}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 EXCEPTION = '[data-testid="stException"]'
+CRASH = "Something went wrong"  # app.py turns any page exception into an st.error starting with this
+CRASH_ALERT = f'[data-testid="stAlert"]:has-text("{CRASH}")'
 
 pytestmark = [pytest.mark.browser]
 if not CHROMIUM.exists():
@@ -85,8 +88,12 @@ def wait_idle(page, timeout_ms: int = 30_000) -> None:
 
 
 def no_exception(page, where: str) -> None:
+    """Neither a raw exception nor app.py's crash alert (the page raised and the router caught it)."""
     count = page.locator(EXCEPTION).count()
     assert count == 0, f"{where}: {count} exception(s) shown: {page.locator(EXCEPTION).first.inner_text()[:500]}"
+    crashes = page.locator(CRASH_ALERT)
+    count = crashes.count()
+    assert count == 0, f"{where}: the page crashed ({count} alert(s)): {crashes.first.inner_text()[:500]}"
 
 
 def open_page(page, url: str, title: str) -> None:

@@ -49,6 +49,16 @@ def test_memory_paper_method_by_hand(capsys):
         (["memory", "--model", "gpt2", "--micro-batch", "-2"], "micro_batch"),
         (["memory", "--model", "gpt2", "--tp", "5"], "tp"),
         (["memory", "--config", "/nonexistent/config.json"], "config"),
+        (["memory", "--config", "/"], "config"),
+        (["memory", "--model", "gpt2", "--seq-len", "-5"], "seq_len"),
+        (["memory", "--model", "gpt2", "--seq-len", "4096"], "seq_len"),
+        (["plans", "--model", "gpt2", "--cluster", "/", "--global-batch", "8"], "cluster"),
+        (["plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml", "--global-batch", "8",
+          "--tokens", "inf"], "tokens"),
+        (["plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml", "--global-batch", "8",
+          "--top", "-2"], "top"),
+        (["plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml", "--global-batch", "7",
+          "--micro-batch", "2"], "micro_batch"),
         (["plans", "--model", "gpt2", "--cluster", "/nonexistent.yaml", "--global-batch", "8"], "cluster"),
         (["plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml"], "global_batch"),
         (["simulate", "--trace", "x.csv", "--cluster", "sample_clusters/sia-64.yaml", "--seeds", "0"], "seeds"),
@@ -97,3 +107,16 @@ def test_simulate_bad_trace_exits_2(capsys):
     code, _, err = run(capsys, "simulate", "--trace", "tests/data/wrong_header.csv", "--trace-format", "philly",
                        "--cluster", "sample_clusters/sia-64.yaml")
     assert code == 2 and "missing column" in err
+
+
+def test_plans_json_infeasible_explains_on_stderr(capsys):
+    code, out, err = run(capsys, "plans", "--model", "llama-2-70b", "--cluster", "sample_clusters/sia-64.yaml",
+                         "--global-batch", "48", "--json")
+    assert code == 1 and json.loads(out) == [] and "No plan fits" in err and "A100-40GB" in err
+
+
+def test_plans_fixed_micro_batch(capsys):
+    code, out, _ = run(capsys, "plans", "--model", "gpt2", "--cluster", "sample_clusters/sia-64.yaml",
+                       "--global-batch", "48", "--micro-batch", "4", "--top", "0", "--json")
+    rows = json.loads(out)
+    assert code == 0 and rows and {r["micro_batch"] for r in rows} == {4}

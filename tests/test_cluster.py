@@ -59,3 +59,14 @@ def test_user_defined_gpu_type():
         "nodes:\n  - {name: n, gpu_type: MyGPU, num_gpus: 2}"
     )
     assert c.gpu("MyGPU").memory_gib == 24
+
+
+def test_bad_node_error_field_is_the_node_field():
+    with pytest.raises(SpecError) as err:
+        parse_cluster_yaml("nodes:\n  - {name: x, gpu_type: T4, num_gpus: 0}", source="bad.yaml")
+    assert err.value.field == "node 'x'.num_gpus"
+
+
+def test_loading_a_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(SpecError, match="folder"):
+        load_cluster(tmp_path)

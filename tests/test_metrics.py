@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from frenzy_core.metrics import average_utilisation, busy_gpu_seconds, jct_stats, mean_ci
+from frenzy_core.metrics import average_utilisation, busy_gpu_seconds, integral_mean, jct_stats, mean_ci
 
 
 def test_jct_stats_match_numpy_and_skip_unfinished():
@@ -22,7 +22,29 @@ def test_mean_ci_is_the_student_t_interval():
     m, lo, hi = mean_ci([1.0, 2.0, 3.0])
     half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t(0.975, df=2) x s / sqrt(n), s = 1
     assert (m, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
-    assert mean_ci([5.0]) == (5.0, 5.0, 5.0)
+
+
+def test_mean_ci_of_one_seed_has_nan_bounds_not_a_zero_width_interval():
+    m, lo, hi = mean_ci([5.0])
+    assert m == 5.0 and math.isnan(lo) and math.isnan(hi)
+    assert all(math.isnan(v) for v in mean_ci([]))
+
+
+def test_mean_ci_of_identical_seeds_is_zero_width():
+    assert mean_ci([2.0, 2.0, 2.0]) == (2.0, 2.0, 2.0)
+
+
+def test_mean_ci_clips_the_lower_bound_at_zero_only_when_asked():
+    values = [0.0, 0.1, 3.0]  # wide spread near 0: the t-interval dips below 0
+    m, lo, hi = mean_ci(values)
+    assert lo < 0
+    assert mean_ci(values, nonnegative=True) == (m, 0.0, hi)
+
+
+def test_integral_mean_is_an_int_only_when_whole():
+    assert integral_mean([4, 4, 4]) == 4 and isinstance(integral_mean([4, 4, 4]), int)
+    assert integral_mean([1, 2]) == 1.5
+    assert isinstance(integral_mean([1.0, 3.0]), int)
 
 
 def test_busy_gpu_seconds_integrates_the_step_function():

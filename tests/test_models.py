@@ -117,3 +117,22 @@ def test_modelspec_is_frozen():
     m = ModelSpec(vocab_size=10, hidden_size=8, num_layers=1, num_heads=2)
     with pytest.raises(ValidationError):
         m.hidden_size = 16
+
+
+@pytest.mark.parametrize("fields, field", [({"num_key_value_heads": 0}, "num_kv_heads"),
+                                           ({"intermediate_size": None}, "intermediate_size")])
+def test_hf_present_but_invalid_values_are_errors_not_defaults(fields, field):
+    with pytest.raises(SpecError) as err:
+        model_from_hf_config(_llama_cfg(**fields))
+    assert err.value.field == field
+
+
+def test_model_level_errors_name_the_field():
+    with pytest.raises(SpecError) as err:
+        make_model(vocab_size=10, hidden_size=10, num_layers=1, num_heads=3)
+    assert err.value.field == "num_heads"
+
+
+def test_load_hf_config_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(SpecError, match="folder"):
+        load_hf_config(tmp_path)

@@ -30,8 +30,11 @@ def _brute_force(model, training, cluster, margin=0.10):
     for gpu_name, total in cluster.gpus_by_type().items():
         cap = cluster.gpu(gpu_name).memory_bytes * (1 - margin)
         per_node = cluster.max_gpus_per_node(gpu_name)
+        sizes = [n.num_gpus for n in cluster.nodes if n.gpu_type == gpu_name]
         for d, t, p in itertools.product(range(1, total + 1), repeat=3):
             if d * t * p > total or t > per_node:
+                continue
+            if d * t * p > sum(size // t * t for size in sizes):  # each t-group sits inside one node
                 continue
             if model.num_heads % t or model.kv_heads % t or model.num_layers % p:
                 continue
@@ -109,7 +112,7 @@ def test_why_top_names_the_winner():
 
 
 def test_infeasible_job_is_explained():
-    huge = ModelSpec(name="huge", vocab_size=50000, hidden_size=12288, num_layers=96, num_heads=96)  # ~175B
+    huge = ModelSpec(name="huge", vocab_size=50000, hidden_size=12288, num_layers=96, num_heads=96, max_positions=2048)  # ~175B
     result = rank_plans(huge, TrainingSpec(seq_len=2048, global_batch=8), SMALL)
     assert result.plans == ()
     assert "A100-40GB" in result.explanation and "GiB" in result.explanation
@@ -139,3 +142,53 @@ def test_why_top_names_the_deciding_key_on_a_tie():
     first, second = result.plans[:2]
     assert first.num_gpus == second.num_gpus == 1
     assert "ties with the runner-up on GPU count" in result.why_top and "time to train" in result.why_top
+
+
+ODD_NODES = parse_cluster_yaml(
+    """
+name: odd
+nodes:
+  - {name: t, gpu_type: T4, num_gpus: 4, count: 6}
+  - {name: a, gpu_type: A100-40GB, num_gpus: 8, count: 2}
+""",
+    source="odd.yaml",
+)
+
+
+def test_every_plan_can_be_placed_on_the_empty_cluster():
+    # gpt2 has 12 heads, so t=3 and t=6 exist: 4-GPU nodes hold one 3-group each (18 of 24 T4s usable at t=3)
+    from frenzy_core.packing import ClusterIndex, place
+
+    index = ClusterIndex.from_cluster(ODD_NODES)
+    plans = rank_plans(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=48), ODD_NODES).plans
+    assert any(p.tp == 3 and p.gpu_type == "T4" for p in plans)
+    for p in plans:
+        got = place(index, index.node_gpus.copy(), p.num_gpus, tp=p.tp, memory_bytes=p.memory_bytes,
+                    gpu_types=(p.gpu_type,))
+        assert got is not None, p.label()
+    assert max(p.num_gpus for p in plans if p.tp == 3 and p.gpu_type == "T4") <= 18
+
+
+def test_brute_force_agrees_on_a_cluster_with_small_nodes():
+    training = TrainingSpec(seq_len=1024, global_batch=48, precision="amp")
+    got = {(p.gpu_type, p.dp, p.tp, p.pp) for p in rank_plans(ZOO["gpt2"], training, ODD_NODES).plans}
+    assert got == _brute_force(ZOO["gpt2"], training, ODD_NODES)
+
+
+def test_fixed_micro_batch_is_respected():
+    plans = rank_plans(MODEL, TRAIN, SMALL, micro_batch=2).plans
+    assert plans and all(p.micro_batch == 2 for p in plans)
+    with pytest.raises(SpecError, match="micro_batch"):
+        rank_plans(MODEL, TRAIN, SMALL, micro_batch=3)
+
+
+@pytest.mark.parametrize("tokens", [0, -1, float("inf"), float("nan")])
+def test_token_budget_must_be_positive_and_finite(tokens):
+    with pytest.raises(SpecError, match="tokens"):
+        rank_plans(MODEL, TRAIN, SMALL, tokens=tokens)
+
+
+def test_sequence_longer_than_learned_positions_is_refused():
+    with pytest.raises(SpecError) as err:
+        rank_plans(ZOO["gpt2"], TrainingSpec(seq_len=2048, global_batch=8), SMALL)
+    assert err.value.field == "seq_len" and "1024" in str(err.value)

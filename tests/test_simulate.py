@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from frenzy_core.cluster import parse_cluster_yaml
+from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO
 from frenzy_core.policies import REGISTRY, Start
 from frenzy_core.policies.base import Policy
@@ -173,6 +174,39 @@ def test_multi_seed_summary_has_the_cli_keys_and_a_ci(golden_cluster):
     mean, lo, hi = m.ci("avg_jct_s")
     assert lo <= mean <= hi and mean == pytest.approx(np.mean([r.summary_dict()["avg_jct_s"] for r in m.results]))
     assert len(m.jobs_frame()) == 60
+
+
+def test_multi_seed_counts_are_ints_when_integral_and_one_seed_has_no_interval(golden_cluster):
+    m = simulate_seeds(_golden_trace(), golden_cluster, "fcfs", seeds=[0], options=OPTS)
+    s = m.summary_dict()
+    for k in ("jobs", "completed", "gave_up", "rejected", "oom_failures", "seeds"):
+        assert isinstance(s[k], int), (k, s[k])
+    mean, lo, hi = m.ci("avg_jct_s")
+    assert np.isfinite(mean) and np.isnan(lo) and np.isnan(hi)
+
+
+def test_multi_seed_ci_of_a_nonnegative_metric_never_goes_below_zero(golden_cluster):
+    m = simulate_seeds(_golden_trace(), golden_cluster, "fcfs", seeds=range(3), options=OPTS)
+    for key in ("avg_jct_s", "avg_queue_s", "makespan_s", "gpu_hours", "avg_utilisation", "oom_failures"):
+        lo = m.ci(key)[1]
+        assert np.isnan(lo) or lo >= 0.0, (key, lo)
+
+
+def test_a_trace_with_no_valid_rows_is_refused_with_the_skip_reasons(golden_cluster):
+    bad = load_native("job_id,arrival_s,num_gpus,duration_s\na,0,0,60\nb,10,-1,60\nc,x,1,60\n")
+    assert not bad.jobs and len(bad.skipped) == 3
+    for run in (lambda: simulate(bad, golden_cluster, "fcfs", options=OPTS),
+                lambda: simulate_seeds(bad, golden_cluster, "fcfs", seeds=range(2), options=OPTS)):
+        with pytest.raises(SpecError, match="no valid jobs to simulate") as err:
+            run()
+        assert err.value.field == "trace"
+        assert "skipped 3 rows" in str(err.value) and "num_gpus" in str(err.value)
+
+
+def test_an_empty_workload_is_refused(golden_cluster):
+    empty = Workload(jobs=(), source="empty", seed=0, reference_gpu="A100-80GB")
+    with pytest.raises(SpecError, match="no valid jobs to simulate: empty has no jobs"):
+        simulate(empty, golden_cluster, "fcfs", options=OPTS)
 
 
 def test_gpu_hours_match_the_per_job_sum(golden_cluster):

@@ -33,7 +33,8 @@ def test_fake_tensor_peak_equals_real_tensor_peak_byte_for_byte(model, precision
 
 
 def test_amp_step_holds_at_least_twenty_bytes_per_parameter():
-    # 4 fp32 param + 4 grad + 8 Adam moments + 4 foreach temporary inside optimizer.step() (memory-findings.md)
+    # 4 fp32 param + 4 grad + 8 Adam moments + 4 foreach temporary inside optimizer.step()
+    # (docs/memory.md, "The peak moves")
     model = ModelSpec(name="gpt-small", vocab_size=4096, hidden_size=256, num_layers=4, num_heads=4, max_positions=128)
     result = trace_peak(model, TrainingSpec(seq_len=32, global_batch=1, precision="amp", optimizer="adamw"))
     assert result.peak_bytes >= 20 * model.parameter_count()

@@ -14,7 +14,7 @@ from frenzy_core.training import (
 
 
 def test_amp_step_is_twenty_bytes_per_parameter():
-    # memory-findings.md: 4 param + 4 grad + 8 Adam + 4 foreach temporary = 20 inside optimizer.step()
+    # docs/memory.md ("The peak moves"): 4 param + 4 grad + 8 Adam + 4 foreach temporary = 20 inside optimizer.step()
     amp = PRECISIONS["amp"]
     assert amp.model_state_bytes + OPTIMIZER_STATE_BYTES["adamw"] + OPTIMIZER_TRANSIENT_BYTES["adamw"] == 20
 
@@ -24,7 +24,7 @@ def test_megatron_bf16_master_is_eighteen_bytes():
 
 
 def test_grad_accum_derived():
-    t = TrainingSpec(global_batch=64, micro_batch=2)
+    t = TrainingSpec(seq_len=1024, global_batch=64, micro_batch=2)
     assert check_parallelism(ZOO["gpt2"], t, Parallelism(dp=4)) == 8
 
 
@@ -35,7 +35,7 @@ def test_grad_accum_derived():
 )
 def test_bad_split_names_field(par, field):
     with pytest.raises(SpecError) as err:
-        check_parallelism(ZOO["gpt2"], TrainingSpec(global_batch=64, micro_batch=2), par)
+        check_parallelism(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=64, micro_batch=2), par)
     assert err.value.field == field
 
 
@@ -44,4 +44,12 @@ def test_bad_split_names_field(par, field):
 def test_bad_training_names_field(fields, field):
     with pytest.raises(SpecError) as err:
         make_training(**fields)
-    assert field in str(err.value)
+    assert err.value.field == field
+
+
+def test_learned_positions_bound_the_sequence():
+    with pytest.raises(SpecError) as err:
+        check_parallelism(ZOO["gpt2"], TrainingSpec(seq_len=2048, global_batch=8), Parallelism())
+    assert err.value.field == "seq_len"
+    # rotary models are not bounded by a position table
+    assert check_parallelism(ZOO["llama-2-7b"], TrainingSpec(seq_len=8192, global_batch=8), Parallelism()) == 8

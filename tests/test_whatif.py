@@ -1,12 +1,23 @@
-"""What-if helpers: adding GPUs conserves the old nodes and adds exactly the GPUs asked for; cost is GPUs x price."""
+"""What-if helpers: adding GPUs conserves the old nodes and adds exactly the GPUs asked for; cost is GPUs x price;
+candidate rows build one cluster per label, and a bad row is refused naming it and its column."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import pytest
 
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
-from frenzy_core.whatif import add_gpus, added_cost_per_hour, cluster_cost_per_hour, pareto_front
+from frenzy_core.whatif import (
+    DEFAULT_CANDIDATES,
+    TODAY,
+    add_gpus,
+    added_cost_per_hour,
+    build_candidates,
+    cluster_cost_per_hour,
+    pareto_front,
+)
 
 
 def test_add_gpus_adds_exactly_the_count_in_full_nodes_then_a_remainder(tiny_cluster):
@@ -65,6 +76,50 @@ def test_pareto_front_drops_dominated_points_and_keeps_ties():
     assert pareto_front([1, 2, 3], [3.0, 2.0, 1.0]) == [True, True, True]
     assert pareto_front([1, 1, 2], [2.0, 2.0, 3.0]) == [True, True, False]
     assert pareto_front([], []) == []
+
+
+def test_build_candidates_puts_today_first_then_one_cluster_per_default_candidate(tiny_cluster):
+    out = build_candidates(tiny_cluster, [asdict(c) for c in DEFAULT_CANDIDATES])
+    assert list(out) == [TODAY] + [c.candidate for c in DEFAULT_CANDIDATES]
+    assert out[TODAY] is tiny_cluster
+    for c in DEFAULT_CANDIDATES:
+        assert out[c.candidate].total_gpus == tiny_cluster.total_gpus + c.count
+        assert out[c.candidate].gpus_by_type()[c.gpu_type] == tiny_cluster.gpus_by_type().get(c.gpu_type, 0) + c.count
+
+
+def test_default_candidates_use_catalog_gpu_types():
+    assert DEFAULT_CANDIDATES and all(c.gpu_type in CATALOG and c.count > 0 for c in DEFAULT_CANDIDATES)
+
+
+def test_build_candidates_adds_up_rows_with_the_same_label(tiny_cluster):
+    rows = [{"candidate": "mix", "gpu_type": "L40S", "count": 8, "gpus_per_node": 8},
+            {"candidate": "mix", "gpu_type": "H100-80GB", "count": 4.0, "gpus_per_node": None}]
+    mix = build_candidates(tiny_cluster, rows)["mix"]
+    assert mix.total_gpus == tiny_cluster.total_gpus + 12
+    assert mix.gpus_by_type()["L40S"] == 8 and mix.gpus_by_type()["H100-80GB"] == 4
+
+
+def test_build_candidates_skips_the_empty_row_the_editor_keeps(tiny_cluster):
+    rows = [{"candidate": None, "gpu_type": float("nan"), "count": None, "gpus_per_node": None}]
+    assert list(build_candidates(tiny_cluster, rows)) == [TODAY]
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    ({"candidate": "", "gpu_type": "L40S", "count": 8}, "row 1.candidate"),
+    ({"candidate": TODAY, "gpu_type": "L40S", "count": 8}, "row 1.candidate"),
+    ({"candidate": "x", "gpu_type": None, "count": 8}, "x.gpu_type"),
+    ({"candidate": "x", "gpu_type": "NoSuchGPU", "count": 8}, "x.gpu_type"),
+    ({"candidate": "x", "gpu_type": "L40S", "count": float("nan")}, "x.count"),
+    ({"candidate": "x", "gpu_type": "L40S", "count": 2.5}, "x.count"),
+    ({"candidate": "x", "gpu_type": "L40S", "count": "many"}, "x.count"),
+    ({"candidate": "x", "gpu_type": "L40S", "count": -1}, "x.count"),
+    ({"candidate": "x", "gpu_type": "L40S", "count": 8, "gpus_per_node": 0}, "x.gpus_per_node"),
+    ({"candidate": "x", "gpu_type": "L40S", "count": 8, "gpus_per_node": 1.5}, "x.gpus_per_node"),
+])
+def test_build_candidates_rejects_a_bad_row_naming_it_and_the_column(tiny_cluster, row, field):
+    with pytest.raises(SpecError) as err:
+        build_candidates(tiny_cluster, [row])
+    assert err.value.field == field
 
 
 def test_candidates_run_the_same_jobs_when_mapped_on_todays_cluster():
