@@ -18,22 +18,16 @@ Last line: {"max_page_s": ..., "memory_update_s": ..., "pages": {page: {"render_
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+sys.path.insert(0, str(REPO / "tests"))
+from browser_support import CHROMIUM, CHROMIUM_ARGS, streamlit_server  # noqa: E402  (shared with the browser test)
+
 PAGES = {"overview": ("", "Frenzy Planner"), "model_memory": ("model_memory", "Model & memory"),
          "plans": ("plans", "Plans"), "cluster_packing": ("cluster_packing", "Cluster & packing"),
          "simulation": ("simulation", "Simulation"), "gpu_mix": ("gpu_mix", "GPU mix what-if")}
@@ -53,44 +47,6 @@ def settle(page) -> None:
     """Wait until the script is idle and the browser's main thread has finished drawing (charts included)."""
     page.wait_for_selector(IDLE, timeout=60_000)
     page.evaluate(SETTLED_JS)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def streamlit_server():
-    port = free_port()
-    cmd = [str(Path(sys.executable).parent / "streamlit"), "run", "app.py", "--server.headless", "true",
-           "--server.port", str(port), "--browser.gatherUsageStats", "false"]
-    env = {k: v for k, v in os.environ.items() if k != "FRENZY_CLUSTER"}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not come up on port {port}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def fresh_load_s(browser, url: str, title: str) -> float:
@@ -176,7 +132,7 @@ def main() -> int:
         return 0
     pages: dict[str, dict[str, float]] = {}
     with streamlit_server() as url, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
             first = navigation_s(browser, url)  # the first session after the server started: imports included
             navs = [navigation_s(browser, url) for _ in range(WARM_VISITS)]

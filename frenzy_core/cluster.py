@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.errors import SpecError, from_validation_error, read_text_file
 from frenzy_core.gpus import CATALOG, GPUType, LinkKind
 
 DEFAULT_NETWORK_GBIT_S = 100.0  # a 100 Gbit/s InfiniBand/RoCE NIC per node, the common datacenter default
@@ -206,17 +206,7 @@ def parse_cluster_yaml(text: str, source: str = "cluster.yaml") -> Cluster:
 
 def load_cluster(path: str | Path) -> Cluster:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise SpecError("cluster", f"file not found: {p}") from None
-    except IsADirectoryError:
-        raise SpecError("cluster", f"{p} is a folder; give the path of a cluster YAML file") from None
-    except UnicodeDecodeError:
-        raise SpecError("cluster", f"{p.name} is not a text file; give a cluster YAML file") from None
-    except OSError as err:
-        raise SpecError("cluster", f"cannot read {p}: {err.strerror}") from None
-    return parse_cluster_yaml(text, source=p.name)
+    return parse_cluster_yaml(read_text_file(p, "cluster", "a cluster YAML file"), source=p.name)
 
 
 def cluster_to_yaml(cluster: Cluster) -> str:

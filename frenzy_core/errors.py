@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -45,3 +46,24 @@ def from_validation_error(
     if extra:
         msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"
     return SpecError(field, msg, source)
+
+
+def read_text_file(path: str | Path, field: str, expected: str) -> str:
+    """Read a user's text file; any failure becomes a SpecError naming `field` and what was `expected`.
+
+    >>> read_text_file("/nonexistent.yaml", "cluster", "a cluster YAML file")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: cluster: file not found: /nonexistent.yaml
+    """
+    p = Path(path)
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        raise SpecError(field, f"file not found: {p}") from None
+    except IsADirectoryError:
+        raise SpecError(field, f"{p} is a folder; give the path of {expected}") from None
+    except UnicodeDecodeError:
+        raise SpecError(field, f"{p.name} is not a text file; give {expected}") from None
+    except OSError as err:
+        raise SpecError(field, f"cannot read {p}: {err.strerror}") from None

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.errors import SpecError, from_validation_error, read_text_file
 
 MlpKind = Literal["gelu", "swiglu"]
 PositionKind = Literal["learned", "rotary"]
@@ -286,16 +286,9 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a local config.json (no network) and build its ModelSpec."""
     p = Path(path)
+    text = read_text_file(p, "config", "a Hugging Face config.json")
     try:
-        config = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise SpecError("config", f"file not found: {p}") from None
-    except IsADirectoryError:
-        raise SpecError("config", f"{p} is a folder; give the path of its config.json") from None
-    except UnicodeDecodeError:
-        raise SpecError("config", f"{p.name} is not a text file; give a Hugging Face config.json") from None
-    except OSError as err:
-        raise SpecError("config", f"cannot read {p}: {err.strerror}") from None
+        config = json.loads(text)
     except json.JSONDecodeError as err:
         raise SpecError("config", f"{p.name} is not valid JSON (line {err.lineno}: {err.msg})") from None
     return model_from_hf_config(config, name=p.parent.name if p.name == "config.json" else p.stem)
