@@ -11,7 +11,8 @@ and the queue is not empty); a round-based policy (`round_s`) only at its rounds
 or running and restart on the grid at the next arrival.
 
 A job's run time on a plan is `plan.time_to_train_s` (the performance model's, for its token budget) times the share
-of tokens left, plus `restart_overhead_s` when it resumes after a preemption. A plan whose predicted per-GPU memory
+of tokens left, plus a restart cost when it resumes after a preemption (`restart_cost_s`: a flat
+`restart_overhead_s`, or with `restart_model="checkpoint"` a start-up plus saving and loading the model states). A plan whose predicted per-GPU memory
 exceeds the GPU's capacity fails with out-of-memory `oom_startup_s` after it starts (a baseline's fate); the job is
 resubmitted with twice the GPUs, at most `max_oom_retries` times.
 """
@@ -31,12 +32,16 @@ import pandas as pd
 from frenzy_core import metrics
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.memory import model_state_bytes
 from frenzy_core.packing import ClusterIndex, check_placement
 from frenzy_core.policies import REGISTRY
 from frenzy_core.policies.base import JobStatus, PolicyContext, Preempt, ReadOnlyList, Reject, SchedulerView, Start
-from frenzy_core.workload import DefaultEstimator, PlanTable, Workload, job_classes, map_trace
+from frenzy_core.training import OPTIMIZER_STATE_BYTES, PRECISIONS
+from frenzy_core.workload import DefaultEstimator, LLMJob, PlanTable, Workload, job_classes, map_trace
 
 COMPLETE, OOM_FAIL, ARRIVE, ROUND = 0, 1, 2, 3  # heap priority at equal times: lower first
+RESTART_MODELS = ("flat", "checkpoint")  # SimOptions.restart_model
+GB = 1e9  # checkpoint bandwidth is in decimal GB/s, as storage vendors quote it
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,18 @@ class SimOptions:
     safety_margin: float = 0.10  # share of GPU memory kept free by the planner (frenzy, sia)
     oom_startup_s: float = 120.0  # a job that does not fit crashes this long after it starts (load, first step)
     max_oom_retries: int = 4  # resubmissions after OOM before the job is given up (guarantees termination)
-    restart_overhead_s: float = 30.0  # checkpoint restore when a preempted job starts again
+    restart_overhead_s: float = 30.0  # "flat" restart cost: checkpoint restore when a preempted job starts again
+    # How a preempted (moved) job's restart is charged (`restart_cost_s`): "flat" = restart_overhead_s for every
+    # model (the historical default); "checkpoint" = restart_startup_s + (save + load) of its model states at
+    # checkpoint_gbyte_s, so a 70B job pays far more than gpt2 for the same move.
+    restart_model: str = "flat"
+    # "checkpoint" start-up (processes, NCCL init, load, first step); None = oom_startup_s, the same start-up the
+    # simulator already assumes before an out-of-memory crash shows.
+    restart_startup_s: float | None = None
+    # "checkpoint": one job's bandwidth to shared storage, GB/s. An assumption, not a measurement: about one 25 Gb/s
+    # NIC (3.1 GB/s line rate) at ~65% to a shared file system; per job whatever its node count (pessimistic for
+    # multi-node jobs whose ranks write shards in parallel, optimistic when many jobs checkpoint at once).
+    checkpoint_gbyte_s: float = 2.0
     sia_round_s: float = 60.0  # Sia's scheduling round
     sia_restart_penalty: float = 0.1  # utility factor lost by an option that moves a running job
     sia_max_jobs: int = 256  # queued jobs the ILP considers per round (queue order), besides the running ones
@@ -178,6 +194,40 @@ class MultiSeedResult:
         return pd.concat([r.jobs_frame().assign(seed=r.seed) for r in self.results], ignore_index=True)
 
 
+def checkpoint_bytes(job: LLMJob) -> float:
+    """Bytes of one full checkpoint of the job's training state: every rank writes its shard, so the whole model.
+
+    = weights + optimizer states (fp32 master copy + AdamW's two moments) from `memory.model_state_bytes` with no
+    sharding; gradients are left out because a checkpoint does not keep them (they are recomputed by the next step).
+    bf16-master + AdamW: 2 + 4 + 4 + 4 = 14 bytes per parameter, e.g. llama-2-7b (6.74e9 params) -> 94.3 GB.
+    """
+    tr = job.training
+    weights, _gradients, optimizer = model_state_bytes(float(job.spec.parameter_count()), PRECISIONS[tr.precision],
+                                                       OPTIMIZER_STATE_BYTES[tr.optimizer], 0, 1)
+    return float(weights + optimizer)
+
+
+def restart_cost_s(job: LLMJob, options: SimOptions) -> float:
+    """Seconds a preempted job spends before it trains again on its new allocation (charged on that allocation).
+
+    "flat": `restart_overhead_s`. "checkpoint": start-up + 2 x checkpoint_bytes / bandwidth (save, then load; both
+    charged at the restart, a simplification: the old GPUs are released at once), e.g. llama-2-7b with the
+    defaults: 120 + 2 x 94.3 GB / 2 GB/s = 214 s.
+    """
+    if options.restart_model == "flat":
+        return float(options.restart_overhead_s)
+    startup = options.oom_startup_s if options.restart_startup_s is None else options.restart_startup_s
+    return float(startup + 2.0 * checkpoint_bytes(job) / (options.checkpoint_gbyte_s * GB))
+
+
+def _check_options(opts: SimOptions) -> None:
+    if opts.restart_model not in RESTART_MODELS:
+        raise SpecError("restart_model", f"unknown restart model {opts.restart_model!r}; choose one of: "
+                        f"{', '.join(RESTART_MODELS)}")
+    if opts.restart_model == "checkpoint" and not opts.checkpoint_gbyte_s > 0:
+        raise SpecError("checkpoint_gbyte_s", f"must be > 0 GB/s, got {opts.checkpoint_gbyte_s}")
+
+
 class SimulationError(RuntimeError):
     """A policy returned an impossible decision (an invariant of the simulator would break)."""
 
@@ -199,6 +249,7 @@ def simulate(trace, cluster: Cluster, policy_name: str, seed: int = 0, options: 
     opts = options or SimOptions()
     if policy_name not in REGISTRY:
         raise SpecError("policy", f"unknown policy {policy_name!r}; choose one of: {', '.join(REGISTRY)}")
+    _check_options(opts)
     _require_jobs(trace)
     t_wall = time.perf_counter()
     est = opts.estimator if opts.estimator is not None else DefaultEstimator()
@@ -279,6 +330,7 @@ class _Run:
         self.util_busy: list[tuple[int, ...]] = []
         self.capacity = tuple(self.fbt)
         self.round_pending = False
+        self._restart_s: dict = {}  # (model, training) -> restart cost, a function of the job class alone
         self.notes: list[str] = []
         self._next_progress = 0.01
 
@@ -313,13 +365,19 @@ class _Run:
         st.run_start_s = now
         if st.first_start_s is None:
             st.first_start_s = now
-        st.startup_s = self.opts.restart_overhead_s if st.done_fraction > 0 else 0.0
+        st.startup_s = self._restart_cost(st.job) if st.done_fraction > 0 else 0.0
         if d.plan.memory_bytes > d.plan.gpu_memory_bytes:
             st.run_end_s = now + self.opts.oom_startup_s
             self.push(st.run_end_s, OOM_FAIL, d.job, st.token)
         else:
             st.run_end_s = now + st.startup_s + (1.0 - st.done_fraction) * d.plan.time_to_train_s
             self.push(st.run_end_s, COMPLETE, d.job, st.token)
+
+    def _restart_cost(self, job: LLMJob) -> float:
+        key = (job.model, job.training)
+        if key not in self._restart_s:
+            self._restart_s[key] = restart_cost_s(job, self.opts)
+        return self._restart_s[key]
 
     def _preempt(self, d: Preempt, now: float) -> None:
         st = self.jobs[d.job]

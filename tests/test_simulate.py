@@ -20,7 +20,14 @@ from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO
 from frenzy_core.policies import REGISTRY, Start
 from frenzy_core.policies.base import Policy
-from frenzy_core.simulate import SimOptions, SimulationError, simulate, simulate_seeds
+from frenzy_core.simulate import (
+    SimOptions,
+    SimulationError,
+    checkpoint_bytes,
+    restart_cost_s,
+    simulate,
+    simulate_seeds,
+)
 from frenzy_core.traces import TraceJob, load_native
 from frenzy_core.workload import AnalyticEstimator, LLMJob, PlanTable, Workload, default_training, map_trace, scale_plan
 
@@ -264,3 +271,57 @@ def test_a_job_given_up_after_oom_retries_is_counted_and_left_out_of_jct():
     assert list(r.jobs["state"]) == ["gave_up", "done"]
     assert m["avg_jct_s"] == pytest.approx(r.jobs["jct_s"][1])  # the given-up job has no JCT
     assert r.summary_dict()["gave_up"] == 1
+
+
+# --- restart cost (SimOptions.restart_model) ---------------------------------------------------------------------
+def test_checkpoint_restart_cost_is_startup_plus_saving_and_loading_weights_and_optimizer_states():
+    """llama-2-7b, bf16-master + AdamW: a checkpoint holds 2 (bf16 weights) + 4 (fp32 master) + 4 + 4 (Adam moments)
+    = 14 bytes per parameter (no gradients); save + load at 2 GB/s after a 120 s start-up."""
+    job = LLMJob("x", 0.0, "llama-2-7b", default_training(ZOO["llama-2-7b"], 8), 1e9, trace_gpus=8,
+                 trace_duration_s=100.0, original_gpu_type="A100-80GB")
+    params = ZOO["llama-2-7b"].parameter_count()
+    assert params == pytest.approx(6.74e9, rel=1e-3)
+    ckpt_bytes = params * (2 + 4 + 4 + 4)
+    assert checkpoint_bytes(job) == pytest.approx(ckpt_bytes, rel=1e-12)
+    want = 120.0 + 2 * ckpt_bytes / 2e9
+    assert want == pytest.approx(214.3, abs=0.1)
+    assert restart_cost_s(job, SimOptions(restart_model="checkpoint")) == pytest.approx(want, rel=1e-12)
+    assert restart_cost_s(job, SimOptions(restart_model="checkpoint", oom_startup_s=60.0)) == pytest.approx(want - 60)
+    assert restart_cost_s(job, SimOptions(restart_model="checkpoint", restart_startup_s=0.0,
+                                          checkpoint_gbyte_s=4.0)) == pytest.approx(ckpt_bytes / 2e9)
+    assert restart_cost_s(job, SimOptions()) == 30.0  # the default stays the flat 30 s
+
+
+def test_an_unknown_restart_model_is_refused(golden_cluster):
+    with pytest.raises(SpecError, match="unknown restart model") as err:
+        simulate([TraceJob("x", 0.0, 1, 10.0)], golden_cluster, "sia",
+                 options=SimOptions(estimator=AnalyticEstimator(), restart_model="free"))
+    assert err.value.field == "restart_model"
+
+
+def test_a_moved_sia_job_finishes_later_by_exactly_the_restart_cost_difference():
+    """One A100 node and one T4 node. a (4 GPUs, 30 min) takes the A100s at 0; b arrives at 60 s and Sia starts it
+    on the T4s; when a ends at 1800 s the next round moves b to the A100s (one restart), and b then runs alone. The
+    schedule is the same under every restart cost, so b's JCT grows by exactly the difference of its restart costs
+    and a's does not change."""
+    cluster = parse_cluster_yaml("""
+nodes:
+  - {name: a, gpu_type: A100-80GB, num_gpus: 4}
+  - {name: t, gpu_type: T4, num_gpus: 4}
+""")
+    jobs = [TraceJob("a", 0.0, 4, 1800.0), TraceJob("b", 60.0, 4, 7200.0)]
+    w = map_trace(jobs, cluster, seed=0, estimator=AnalyticEstimator())
+    assert [j.model for j in w.jobs] == ["gpt2-xl", "gpt2-large"]
+    b = w.jobs[1]
+    variants = {"flat 30": SimOptions(estimator=AnalyticEstimator()),
+                "flat 120": SimOptions(estimator=AnalyticEstimator(), restart_overhead_s=120.0),
+                "checkpoint": SimOptions(estimator=AnalyticEstimator(), restart_model="checkpoint")}
+    runs = {k: simulate(w, cluster, "sia", options=o) for k, o in variants.items()}
+    for r in runs.values():
+        assert list(r.jobs["restarts"]) == [0, 1] and list(r.jobs["gpu_type"]) == ["A100-80GB", "A100-80GB"]
+        assert r.jobs["jct_s"][0] == pytest.approx(runs["flat 30"].jobs["jct_s"][0], abs=1e-6)
+    ckpt_s = 120.0 + 2 * ZOO["gpt2-large"].parameter_count() * 14 / 2e9  # computed here, not by restart_cost_s
+    jct = {k: r.jobs["jct_s"][1] for k, r in runs.items()}
+    assert jct["flat 120"] - jct["flat 30"] == pytest.approx(90.0, abs=1e-6)
+    assert jct["checkpoint"] - jct["flat 30"] == pytest.approx(ckpt_s - 30.0, abs=1e-6)
+    assert restart_cost_s(b, variants["checkpoint"]) == pytest.approx(ckpt_s, rel=1e-12)
