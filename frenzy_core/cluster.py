@@ -129,13 +129,11 @@ class Cluster(BaseModel):
         return {k: TypeSummary(*v, node_sizes=tuple(sorted(sizes[k].items()))) for k, v in acc.items()}
 
     def gpus_by_type(self) -> dict[str, int]:
-        counts: Counter[str] = Counter()
-        for node in self.nodes:
-            counts[node.gpu_type] += node.num_gpus
-        return dict(counts)
+        return {name: t.total_gpus for name, t in self.type_summary.items()}
 
     def max_gpus_per_node(self, gpu_type: str) -> int:
-        return max((n.num_gpus for n in self.nodes if n.gpu_type == gpu_type), default=0)
+        summary = self.type_summary.get(gpu_type)
+        return summary.max_gpus_per_node if summary else 0
 
     def intra_link_gbyte_s(self, node: Node) -> float:
         return node.intra_link_gbyte_s or self.gpu(node.gpu_type).intra_link_gbyte_s

@@ -283,12 +283,18 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
         raise from_validation_error(err, source="config.json", fields=ModelSpec.model_fields) from None
 
 
+def parse_hf_config_text(text: str, name: str | None = None) -> ModelSpec:
+    """A config.json's text (pasted, uploaded or read from disk) -> ModelSpec; bad JSON names its line."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError("config.json", f"not valid JSON (line {err.lineno}: {err.msg}); give the file's whole "
+                        "text") from None
+    return model_from_hf_config(config, name=name)
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a local config.json (no network) and build its ModelSpec."""
     p = Path(path)
     text = read_text_file(p, "config", "a Hugging Face config.json")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError("config", f"{p.name} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    return model_from_hf_config(config, name=p.parent.name if p.name == "config.json" else p.stem)
+    return parse_hf_config_text(text, name=p.parent.name if p.name == "config.json" else p.stem)

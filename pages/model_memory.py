@@ -3,14 +3,12 @@ and see the per-GPU memory by component, detailed beside the paper's method, aga
 
 from __future__ import annotations
 
-import json
-
 import plotly.graph_objects as go
 import streamlit as st
 
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
-from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, model_from_hf_config
+from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, parse_hf_config_text
 from frenzy_core.training import Parallelism, check_parallelism, make_training
 from pages import common
 
@@ -71,13 +69,7 @@ def apply_hf_config(text: str, name: str | None = None) -> None:
     """Parse a pasted or uploaded config.json; on success it becomes the base model, else ss.hf_error says why."""
     ss.hf_error = None
     try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        ss.hf_error = SpecError("config.json", f"not valid JSON (line {err.lineno}: {err.msg}); paste the file's "
-                                "whole text")
-        return
-    try:
-        spec = model_from_hf_config(config, name=name)
+        spec = parse_hf_config_text(text, name=name)
     except SpecError as err:
         ss.hf_error = err
         return
