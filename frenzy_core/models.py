@@ -76,6 +76,11 @@ class ModelSpec(BaseModel):
         return self.hidden_size // self.num_heads
 
     @property
+    def q_dim(self) -> int:
+        """Width of the Q projection and of the attention output: num_heads x head_dim (= h for GPT/Llama)."""
+        return self.num_heads * self.head_dim
+
+    @property
     def kv_dim(self) -> int:
         """Width of the K (and of the V) projection: kv_heads x head_dim."""
         return self.kv_heads * self.head_dim
