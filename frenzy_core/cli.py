@@ -39,6 +39,9 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
+    p.add_argument("--framework", default="pytorch",
+                   choices=["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"],
+                   help="training stack whose memory recipe applies (unknown: the band over all; docs/memory.md)")
     if split:
         p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
         p.add_argument("--tp", type=int, default=1, help="tensor-parallel shards")
@@ -62,7 +65,7 @@ def _training(args, dp: int = 1):
         seq_len=args.seq_len, global_batch=global_batch, micro_batch=micro_batch, precision=args.precision,
         optimizer=args.optimizer, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
         attention=args.attention, dropout=args.dropout, recompute=args.recompute,
-        sequence_parallel=args.sequence_parallel,
+        sequence_parallel=args.sequence_parallel, framework=args.framework,
     )
 
 
@@ -107,10 +110,16 @@ def cmd_memory(args) -> int:
     par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp)
     training = _training(args, dp=args.dp)
     mem = predict_memory(model, training, par, method=args.method)
+    band = None
+    if training.framework == "unknown" and args.method == "detailed":
+        from frenzy_core.memory import predict_memory_band
+
+        band = [r.total_bytes for r in predict_memory_band(model, training, par)]
     if args.json:
         print(json.dumps({"model": model.name, "parameters": model.parameter_count(), "method": mem.method,
-                          "dp": par.dp, "tp": par.tp, "pp": par.pp, "total_bytes": int(mem.total_bytes),
-                          "peak_phase": mem.peak_phase,
+                          "framework": training.framework, "dp": par.dp, "tp": par.tp, "pp": par.pp,
+                          **mem.gpu_report(), "peak_phase": mem.peak_phase,
+                          **({"total_bytes_band": band} if band else {}),
                           "breakdown": {k: int(v) for k, v in mem.components().items()}}))
         return 0
     print(f"{model.name}: {model.parameter_count():,} parameters; d={par.dp} t={par.tp} p={par.pp}; "
@@ -118,6 +127,12 @@ def cmd_memory(args) -> int:
     for name, value in mem.components().items():
         print(f"  {name:14} {_fmt_bytes(value)}")
     print(f"  {'total':14} {_fmt_bytes(mem.total_bytes)}")
+    print(f"  allocated {_fmt_bytes(mem.allocated_bytes)} (max_memory_allocated), reserved "
+          f"{_fmt_bytes(mem.reserved_bytes)}, nvidia-smi {_fmt_bytes(mem.total_bytes)}; framework {training.framework}")
+    if par.pp > 1:
+        print("  per stage allocated: " + ", ".join(f"{v / 2**30:.2f}" for v in mem.per_stage_allocated_bytes) + " GiB")
+    if band:
+        print(f"  unknown framework: {band[0] / 2**30:.2f} .. {band[1] / 2**30:.2f} GiB over all recipes")
     return 0
 
 

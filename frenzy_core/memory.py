@@ -22,12 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ModelSpec
+from frenzy_core.recipes import FRAMEWORKS, Recipe, get_recipe
 from frenzy_core.training import (
     OPTIMIZER_STATE_BYTES,
     OPTIMIZER_TRANSIENT_BYTES,
+    UNKNOWN_FRAMEWORK,
     Parallelism,
     PrecisionSetup,
     TrainingSpec,
@@ -64,9 +67,6 @@ LOSS_BACKWARD_BYTES_PER_LOGIT = LOGSOFTMAX_SAVED_BYTES + NLL_GRAD_BYTES + LOGITS
 HEAD_GRAD_COMPUTE_BYTES = BF16_BYTES
 # Normalisation statistics saved per token: LayerNorm keeps mean and rstd, RMSNorm only rstd (both fp32).
 NORM_STATS = {"layernorm": 2, "rmsnorm": 1}
-# ZeRO-3 gathers each layer's full parameters just before use and keeps the next one prefetched (DeepSpeed
-# stage3_prefetch_bucket_size, FSDP forward/backward prefetch): two layers of unsharded parameters in flight.
-ZERO3_GATHERED_LAYERS = 2
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,12 @@ DEFAULT_OVERHEAD = OverheadSpec(
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """Peak bytes on the most loaded GPU, split into the parts that sum to `total_bytes`.
+    """Peak bytes on the most loaded GPU, split into the parts that sum to `total_bytes`, and what a GPU reports.
+
+    `allocated_bytes` is what `torch.cuda.max_memory_allocated()` reports on the most loaded rank (tensors plus
+    cuBLAS / attention workspaces), `reserved_bytes` adds the caching allocator's fragmentation
+    (`max_memory_reserved()`), `total_bytes` adds the CUDA context and NCCL buffers (what nvidia-smi shows).
+    `per_stage_allocated_bytes` is the allocated peak of each pipeline stage, first to last.
 
     Example (gpt2, s=1024, B=b=8, amp, flash, NO_OVERHEAD): MemoryBreakdown(weights_bytes=497759232,
     gradients_bytes=0, optimizer_bytes=995518464, activations_bytes=2762145792, logits_bytes=4940464128,
@@ -109,9 +114,13 @@ class MemoryBreakdown:
     logits_bytes: int  # logits / loss buffers or the LM head's gradient at the start of backward
     transient_bytes: int  # optimizer-step: foreach temporary; backward: autocast's bf16 weight copies, ZeRO-3 gathers
     overhead_bytes: int  # CUDA context, workspaces, NCCL, fragmentation (OverheadSpec)
-    total_bytes: int
-    peak_phase: str  # "optimizer-step", "backward-start" (detailed) or "static+activations" (paper)
+    total_bytes: int  # = sum of the parts: what nvidia-smi shows for this process
+    peak_phase: str  # "optimizer-step", "backward-start", "backward-recompute" (detailed), "static+activations"
     method: str
+    allocated_bytes: int = 0  # max_memory_allocated(): tensors + workspaces, most loaded rank
+    reserved_bytes: int = 0  # max_memory_reserved(): allocated + fragmentation
+    per_stage_allocated_bytes: tuple[int, ...] = ()  # allocated peak per pipeline stage, first to last
+    framework: str = "pytorch"  # the recipe (frenzy_core.recipes) the detailed method used
 
     def components(self) -> dict[str, int]:
         """Component name -> bytes; the values sum to total_bytes."""
@@ -125,8 +134,18 @@ class MemoryBreakdown:
             "overhead": self.overhead_bytes,
         }
 
+    def gpu_report(self) -> dict[str, object]:
+        """The figures a GPU run reports, by the names of the calls that report them (bytes)."""
+        return {
+            "allocated_bytes": self.allocated_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "total_bytes": self.total_bytes,
+            "per_stage_allocated_bytes": list(self.per_stage_allocated_bytes),
+        }
+
 
 _COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "transient")
+_PHASES = ("optimizer-step", "backward-start", "backward-recompute")
 
 
 def predict_memory(
@@ -138,6 +157,9 @@ def predict_memory(
 ) -> MemoryBreakdown:
     """Peak memory per GPU of one training step of `model` under `training`, split as `par` says.
 
+    `training.framework` picks the recipe (frenzy_core.recipes) of the detailed method; "unknown" answers with the
+    highest recipe (see `predict_memory_band` for both ends).
+
     >>> from frenzy_core.models import ZOO
     >>> predict_memory(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8), method="paper",
     ...                overhead=NO_OVERHEAD).total_bytes
@@ -146,13 +168,19 @@ def predict_memory(
     par = par or Parallelism()
     _check_method(method)
     check_parallelism(model, training, par)
+    check_sizes(model, training, par)
+    if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
+        return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
     parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead)
     values = {k: int(v) for k, v in parts.items()}
+    phase_name = "static+activations" if method == "paper" else _PHASES[int(phase)]
     if method == "paper":
-        phase_name = "static+activations"
+        per_stage = (values["allocated"],) * par.pp
     else:
-        phase_name = "optimizer-step" if int(phase) == _PHASE_OPTIMIZER else "backward-start"
+        per_stage = tuple(
+            int(v) for v in _stage_allocated(model, training, dp, tp, pp, b, np.arange(par.pp), overhead)
+        )
     return MemoryBreakdown(
         weights_bytes=values["weights"],
         gradients_bytes=values["gradients"],
@@ -164,7 +192,26 @@ def predict_memory(
         total_bytes=values["total"],
         peak_phase=phase_name,
         method=method,
+        allocated_bytes=values["allocated"],
+        reserved_bytes=values["reserved"],
+        per_stage_allocated_bytes=per_stage,
+        framework=training.framework,
     )
+
+
+def predict_memory_band(
+    model: ModelSpec, training: TrainingSpec, par: Parallelism | None = None, overhead: OverheadSpec = DEFAULT_OVERHEAD
+) -> tuple[MemoryBreakdown, MemoryBreakdown]:
+    """(lowest, highest) detailed prediction over every framework recipe: the answer when the stack is unknown.
+
+    >>> from frenzy_core.models import ZOO
+    >>> low, high = predict_memory_band(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8))
+    >>> low.total_bytes <= high.total_bytes
+    True
+    """
+    par = par or Parallelism()
+    results = [predict_memory(model, spec, par, "detailed", overhead) for spec in _known_frameworks(training)]
+    return min(results, key=lambda r: r.total_bytes), max(results, key=lambda r: r.total_bytes)
 
 
 def predict_memory_totals(
@@ -179,7 +226,8 @@ def predict_memory_totals(
 ) -> np.ndarray:
     """Vectorised `predict_memory(...).total_bytes` over broadcast int arrays dp, tp, pp, micro_batch (int64 bytes).
 
-    No validation: the caller guarantees the splits divide the model and the batch (plans.py enumerates only those).
+    No validation of the splits: the caller guarantees they divide the model and the batch (plans.py enumerates only
+    those). The framework comes from `training.framework` ("unknown": the highest recipe, element by element).
 
     >>> from frenzy_core.models import ZOO
     >>> predict_memory_totals(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8), np.array([1, 2]), 1, 1, 1,
@@ -188,8 +236,24 @@ def predict_memory_totals(
     """
     _check_method(method)
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in (dp, tp, pp, micro_batch)))
+    if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
+        return np.max(
+            [predict_memory_totals(model, spec, *arrays, method, overhead) for spec in _known_frameworks(training)],
+            axis=0,
+        )
     parts, _ = _evaluate(model, training, *arrays, method, overhead)
     return parts["total"]
+
+
+def _known_frameworks(training: TrainingSpec) -> list[TrainingSpec]:
+    """`training` under every framework that can run it (Megatron has no autocast mode, FSDP2 no ZeRO-1/2)."""
+    specs = []
+    for name in FRAMEWORKS:
+        try:
+            specs.append(TrainingSpec(**{**training.model_dump(), "framework": name}))
+        except ValidationError:
+            continue
+    return specs
 
 
 def _check_method(method: str) -> None:
@@ -197,24 +261,66 @@ def _check_method(method: str) -> None:
         raise SpecError("method", f"unknown memory method {method!r}; choose one of: {', '.join(METHODS)}")
 
 
+# --- sizes the int64 arithmetic can hold -----------------------------------------------------------------------------
+# Every byte count is an int64; 2**62 bytes (4 EiB) leaves headroom for the sums. A model or batch whose weights or
+# logits alone exceed it is not a training job any GPU can hold: say so instead of overflowing.
+MAX_BYTES = 2**62
+MAX_BYTES_PER_ELEMENT = 64  # the largest bytes-per-element any term multiplies a parameter or a logit by
+
+
+def check_sizes(model: ModelSpec, training: TrainingSpec, par: Parallelism | None = None) -> None:
+    """Reject shapes whose byte counts overflow int64, naming the field and the limit (SpecError)."""
+    limit = MAX_BYTES // MAX_BYTES_PER_ELEMENT
+    sizes = {
+        "parameters": model.parameter_count(),
+        "seq_len x micro_batch x vocab_size": training.seq_len * training.micro_batch * model.vocab_size,
+        "seq_len x micro_batch x hidden_size x num_layers": training.seq_len * training.micro_batch
+        * model.hidden_size * model.num_layers,
+        "seq_len^2 x micro_batch x num_heads": training.seq_len**2 * training.micro_batch * model.num_heads,
+        "global_batch x seq_len": training.global_batch * training.seq_len,
+    }
+    for field, value in sizes.items():
+        if value > limit:
+            raise SpecError(
+                field.split(" ")[0] if field != "parameters" else "parameters",
+                f"{field} = {value:.3g} exceeds the {limit:.3g} elements whose bytes fit in 64-bit arithmetic "
+                f"({MAX_BYTES_PER_ELEMENT} bytes each, {MAX_BYTES:.3g} bytes); no GPU cluster holds this: "
+                f"use a smaller model or batch",
+            )
+
+
 def _evaluate(model, training, dp, tp, pp, b, method, overhead):
-    """Components (int64 arrays, rounded one by one so they sum to the total) and the phase index of the peak."""
+    """Components (int64 arrays, rounded one by one so they sum to the total), GPU-report totals, peak phase index."""
     if method == "paper":
         parts, phase = _paper(model, training, dp, tp), np.zeros(np.shape(dp), dtype=np.int64)
     else:
         parts, phase = _detailed(model, training, dp, tp, pp, b)
     rounded = {k: np.rint(parts[k]).astype(np.int64) for k in _COMPONENTS}
-    allocated = sum(rounded.values())
-    rounded["overhead"] = np.rint(_overhead(overhead, dp * tp * pp, allocated, method)).astype(np.int64)
-    rounded["total"] = allocated + rounded["overhead"]
+    tensors = sum(rounded.values())
+    allocated, reserved, total = _gpu_reports(overhead, dp * tp * pp, tensors, method)
+    rounded["allocated"], rounded["reserved"], rounded["total"] = allocated, reserved, total
+    rounded["overhead"] = total - tensors
     return rounded, phase
 
 
-def _overhead(spec: OverheadSpec, num_gpus, allocated, method):
+def _gpu_reports(spec: OverheadSpec, num_gpus, tensors, method):
+    """(allocated, reserved, total) int64 bytes from the tensors' peak: what the allocator / nvidia-smi report."""
     if method == "paper":  # the paper adds nothing beyond its two terms
-        return np.zeros(np.shape(allocated))
+        return tensors, tensors, tensors
+    allocated = tensors + spec.workspace_bytes  # cuBLAS workspaces live inside the caching allocator
+    reserved = allocated + np.rint(spec.fragmentation_fraction * tensors).astype(np.int64)
     nccl = np.where(num_gpus > 1, spec.nccl_buffer_bytes, 0)
-    return spec.cuda_context_bytes + spec.workspace_bytes + nccl + spec.fragmentation_fraction * allocated
+    total = reserved + spec.cuda_context_bytes + nccl
+    return allocated, reserved, total.astype(np.int64)
+
+
+def _stage_allocated(model, training, dp, tp, pp, b, stages, overhead):
+    """Allocated peak (tensors + workspaces) of each pipeline stage in `stages`, for one scalar split."""
+    peaks = []
+    for stage in stages:
+        parts, _ = _detailed(model, training, dp, tp, pp, b, stages=(np.float64(stage),))
+        peaks.append(sum(int(np.rint(parts[k])) for k in _COMPONENTS) + overhead.workspace_bytes)
+    return peaks
 
 
 # --- method="paper" ------------------------------------------------------------------------------------------------
@@ -240,9 +346,6 @@ def _paper(model: ModelSpec, training: TrainingSpec, dp, tp):
 
 
 # --- method="detailed" ---------------------------------------------------------------------------------------------
-_PHASE_OPTIMIZER, _PHASE_BACKWARD = 0, 1
-
-
 @dataclass(frozen=True)
 class _LayerActivations:
     """Bytes saved for backward per token of one micro-batch, in one transformer layer, by how t splits them.
@@ -257,47 +360,64 @@ class _LayerActivations:
     scores: float  # multiplied by the sequence length s
 
 
-def layer_activations(model: ModelSpec, training: TrainingSpec) -> _LayerActivations:
+def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None) -> _LayerActivations:
     """Per-token activation bytes of one layer (before dividing by t), named term by term.
 
     Korthikanti Table 2 for GPT-style layers assumes bf16 everywhere and GELU 4h: 34 sbh + 5 a s^2 b. The terms
     here follow what the traced PyTorch step keeps (docs/memory.md): the residual stream has the parameters' dtype
     (fp32 under AMP), each block's first linear saves a compute-dtype copy of the norm output, flash attention saves
     q, k, v, its output and an fp32 log-sum-exp, eager attention saves fp32 softmax probabilities plus their bf16 copy.
+    The recipe changes the terms its framework's code changes (frenzy_core.recipes).
     """
-    ps = training.precision_setup
-    h, a, kv, ffn = model.hidden_size, model.num_heads, model.kv_dim, model.ffn
-    act, resid = ps.activation_bytes, ps.residual_bytes
+    recipe = recipe or get_recipe(training.framework)
+    ps = recipe.precision_setup(training.precision)
+    h, a, q, kv, ffn = model.hidden_size, model.num_heads, model.q_dim, model.kv_dim, model.ffn
+    act = ps.activation_bytes
+    resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     dropout = training.dropout > 0
     norm_stats = NORM_STATS[model.norm_kind] * FP32_BYTES
+    # under autocast each Linear casts its (fp32 under AMP) input itself: separate Linears keep one copy each
+    autocast_inputs = recipe.autocast and ps.compute_copy_bytes > 0
+    separate_qkv = recipe.separate_projections and model.position_kind == "rotary"  # GPT-2's c_attn is fused
+    # transformers LlamaRMSNorm.forward: the fp32 normalised tensor, saved by `weight * (...)`
+    norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0
 
     # -- attention block --
     attn_norm_input = resid * h  # LayerNorm/RMSNorm keeps its input: the residual stream (K. Table 2: 2sbh at bf16)
-    attn_norm_stats = norm_stats  # mean/rstd (LayerNorm) or rstd (RMSNorm), fp32 per token
-    qkv_input = act * h  # the QKV linear keeps its (compute-dtype) input (K.: 2sbh)
+    attn_norm_stats = norm_stats + norm_extra  # mean/rstd (LayerNorm) or rstd (RMSNorm), fp32 per token
+    qkv_input = act * h * (3 if separate_qkv and autocast_inputs else 1)  # the QKV linear keeps its input (K.: 2sbh)
     proj_dropout_mask = MASK_BYTES * h if dropout else 0  # residual dropout after the output projection (K.: sbh)
     if training.attention == "flash":
-        qkv_output = act * (h + 2 * kv)  # q, k, v saved by flash attention (views of the fused QKV output)
-        rope_copies = act * (h + kv) if model.position_kind == "rotary" else 0  # rotated q and k are new tensors
-        flash_output = act * h  # flash output; the output projection keeps the same storage as its input
+        rotary = model.position_kind == "rotary"
+        # q, k, v saved by flash attention; fused QKV: views of its output, which stays whole. Separate q/k/v with
+        # RoPE: only v survives (q and k are replaced by their rotated copies, modeling_llama apply_rotary_pos_emb)
+        qkv_output = act * kv if separate_qkv and rotary else act * (q + 2 * kv)
+        rope_copies = act * (q + kv) if rotary else 0  # rotated q and k are new tensors
+        flash_output = act * q  # flash output; the output projection keeps the same storage as its input
         flash_lse = FP32_BYTES * a  # log-sum-exp, a*s*b fp32 (FlashAttention-2, Dao 2023)
         attention_split = qkv_output + rope_copies + flash_output + flash_lse
         attention_scores = 0.0
     else:
         # Batched matmuls on head-major tensors: q, k, v are copied out of the fused QKV (or rotated, or widened by
         # GQA's repeat_kv): three full-width tensors (K.: Q, K 4sbh + V 2sbh).
-        qk_v_copies = 3 * act * h
-        context_copy = act * h  # (b, a, s, d) -> (b, s, h) copy kept by the output projection (K.: 2sbh)
+        qk_v_copies = 3 * act * q
+        context_copy = act * q  # (b, a, s, d) -> (b, s, h) copy kept by the output projection (K.: 2sbh)
         attention_split = qk_v_copies + context_copy
-        softmax_fp32 = FP32_BYTES * a  # softmax output x s, fp32 as CUDA autocast computes it (K.: 2as^2b at bf16)
-        probs_compute = act * a  # its compute-dtype copy (or dropout output) that the PV matmul keeps (K.: 2as^2b)
+        if recipe.fused_softmax:
+            # megatron/core/fusions/fused_softmax.py FusedScaleMaskSoftmax.forward_fused_softmax: bf16 probs, saved
+            # by the kernel's backward and (without dropout) by the PV matmul: one tensor (K.: 2as^2b)
+            softmax_probs = act * a
+            probs_compute = act * a if dropout else 0  # dropout's output, kept by the PV matmul
+        else:
+            softmax_probs = FP32_BYTES * a  # softmax output, fp32 as CUDA autocast computes it (K.: 2as^2b at bf16)
+            probs_compute = act * a  # its compute-dtype copy (or dropout output) that the PV matmul keeps
         probs_dropout_mask = MASK_BYTES * a if dropout else 0  # K.: as^2b
-        attention_scores = softmax_fp32 + probs_compute + probs_dropout_mask
+        attention_scores = softmax_probs + probs_compute + probs_dropout_mask
         if training.recompute == "selective":  # Korthikanti Sec. 5: recompute the attention core, drop the s^2 terms
             attention_scores = 0.0
     # -- MLP block --
     mlp_norm_input = resid * h
-    mlp_norm_stats = norm_stats
+    mlp_norm_stats = norm_stats + norm_extra
     fc1_input = act * h  # K.: 2sbh
     mlp_dropout_mask = MASK_BYTES * h if dropout else 0  # K.: sbh
     if model.is_moe:
@@ -308,10 +428,17 @@ def layer_activations(model: ModelSpec, training: TrainingSpec) -> _LayerActivat
         inner, experts_per_token = ffn, 1
         router_probs = dispatched_input = 0
     if model.mlp_kind == "swiglu":
+        if recipe.separate_projections and autocast_inputs:
+            fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
         fused_gate_up = act * 2 * inner  # kept by SiLU (gate half) and by the product (up half)
         silu_output = act * inner
         product = act * inner  # input of the down projection
         mlp_inner = fused_gate_up + silu_output + product
+    elif recipe.unfused_gelu_tanh and model.position_kind == "learned":
+        # transformers activations.py NewGELUActivation (GPT-2's gelu_new): pow (fp32 under CUDA autocast) saves
+        # its input cast, tanh saves its output, the final mul saves 0.5*x and (1 + tanh); c_proj keeps its input
+        upcast = FP32_BYTES if autocast_inputs else act
+        mlp_inner = 3 * upcast * inner + 2 * act * inner
     else:
         fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
         gelu_output = act * inner  # fc2 input (K.: 8sbh)
@@ -342,8 +469,8 @@ def model_state_bytes(
     return weights, gradients, optimizer
 
 
-def _stage_parameters(model: ModelSpec, t, p):
-    """Parameters on the first and on the last pipeline stage, for tensor-parallel degree t and p stages.
+def _stage_parameters(model: ModelSpec, t, p, stage):
+    """(parameters, autocast-castable parameters) on pipeline stage `stage` of p, split by t.
 
     Megatron splits each layer's linears and the (vocab-parallel) embedding and LM head by t; norms and learned
     positions are replicated. The first stage holds the embedding, the last the final norm and the LM head; with
@@ -356,49 +483,44 @@ def _stage_parameters(model: ModelSpec, t, p):
     layer_replicated = 2 * model.norm_parameters()
     word_embedding = V * h
     positions = model.embedding_parameters() - word_embedding
-    head = word_embedding  # an untied LM head, or the last stage's copy of a tied one
     final_norm = model.norm_parameters()
+    first, last, single = stage == 0, stage == p - 1, p == 1
     layers = (num_layers / p) * (layer_split / t + layer_replicated)
-    single = p == 1
-    untied_head = 0 if model.tie_embeddings else head / t
-    first = word_embedding / t + positions + layers + np.where(single, final_norm + untied_head, 0.0)
-    last = np.where(single, first, layers + final_norm + head / t)
-    castable_layers = (num_layers / p) * layer_split / t  # the linears autocast casts to bf16
-    # the LM head's weight is cast too (tied: the embedding matrix, used by F.linear); it runs on the last stage
-    castable_first = castable_layers + np.where(single, word_embedding / t, 0.0)
-    castable_last = castable_layers + word_embedding / t
-    return first, last, castable_first, castable_last
+    # the LM head: an untied one, or the last stage's copy of a tied one (p == 1: the embedding itself)
+    own_head = np.where(model.tie_embeddings & single, 0.0, word_embedding / t)
+    params = layers + np.where(first, word_embedding / t + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
+    # autocast casts the linears and the LM head's weight (tied: the embedding matrix, used by F.linear)
+    castable = (num_layers / p) * layer_split / t + np.where(last, word_embedding / t, 0.0)
+    return params, castable
 
 
-def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b):
-    ps = training.precision_setup
+def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None):
+    """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
+    recipe = get_recipe(training.framework)
+    ps = recipe.precision_setup(training.precision)
     d, t, p, b = (x.astype(np.float64) for x in (dp, tp, pp, b))
     s, V, h = training.seq_len, model.vocab_size, model.hidden_size
+    act = ps.activation_bytes
+    resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     tokens = s * b  # tokens of one micro-batch
     micro_batches = training.global_batch / (d * b)  # m: micro-batches per replica per step
-    in_flight = np.minimum(p, micro_batches)  # 1F1B: the first stage holds min(p, m) micro-batches (Narayanan 2021)
     sp_divisor = t if training.sequence_parallel else 1.0  # sequence parallelism splits the replicated terms too
-    zero = training.zero_stage
+    zero = effective_zero_stage(training)
     shard_optimizer = 1 if (training.distributed_optimizer and zero == 0) else zero  # Megatron's = ZeRO-1
-
-    # -- model states, per stage --
-    first_params, last_params, castable_first, castable_last = _stage_parameters(model, t, p)
     opt_state = OPTIMIZER_STATE_BYTES[training.optimizer]
     opt_temp = OPTIMIZER_TRANSIENT_BYTES[training.optimizer]
 
     # -- activations per micro-batch --
-    layer = layer_activations(model, training)
+    layer = layer_activations(model, training, recipe)
     layer_bytes = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t)
     layers_per_stage = model.num_layers / p
-    if training.recompute == "full":
+    full_recompute = training.recompute == "full"
+    if full_recompute:
         # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the layer
-        # being recomputed in backward holds its full set once.
-        checkpoint = tokens * ps.residual_bytes * h / sp_divisor
-        stage_layers = layers_per_stage * checkpoint
-        recompute_layer = layer_bytes
+        # being recomputed in backward holds its full set once (phase "backward-recompute").
+        stage_layers = layers_per_stage * tokens * resid * h / sp_divisor
     else:
         stage_layers = layers_per_stage * layer_bytes
-        recompute_layer = 0.0
     token_ids = tokens * INDEX_BYTES  # the micro-batch's int64 token ids, kept by the embedding's backward
     embedding_dropout_mask = tokens * MASK_BYTES * h / sp_divisor if training.dropout > 0 else 0.0
     per_micro_batch_fixed = token_ids + embedding_dropout_mask
@@ -407,31 +529,31 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b):
     causal_mask = float(s * s * MASK_BYTES) if training.attention == "eager" else 0.0  # one bool s x s
     rope_tables = 2 * s * model.head_dim * BF16_BYTES if model.position_kind == "rotary" else 0.0  # cos and sin
     per_stage_fixed = causal_mask + rope_tables
-    final_norm_input = tokens * (ps.residual_bytes * h + NORM_STATS[model.norm_kind] * FP32_BYTES) / sp_divisor
-    head_input = tokens * ps.activation_bytes * h / sp_divisor  # the LM head's linear keeps its input
+    norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0.0
+    final_norm_input = tokens * (resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
+    head_input = tokens * act * h / sp_divisor  # the LM head's linear keeps its input
     target_ids = tokens * INDEX_BYTES  # the loss keeps a contiguous copy of the shifted targets
     head_activations = final_norm_input + head_input + target_ids
 
-    first_acts = in_flight * (stage_layers + per_micro_batch_fixed) + per_stage_fixed + recompute_layer
-    last_acts = stage_layers + per_micro_batch_fixed + per_stage_fixed + head_activations + recompute_layer
-    first_acts = np.where(p == 1, first_acts + head_activations, first_acts)
-    last_acts = np.where(p == 1, first_acts, last_acts)
-
     # -- loss / LM-head buffers at the start of backward (last stage) --
-    loss_buffers = tokens * V / t * LOSS_BACKWARD_BYTES_PER_LOGIT  # fp32 log-softmax + its two fp32 gradients
+    loss_per_logit = recipe.loss_bytes_per_logit + (act if recipe.caller_keeps_logits else 0)
+    loss_buffers = tokens * V / t * loss_per_logit
     head_grad_params = V * h / t
     head_grad = head_grad_params * HEAD_GRAD_COMPUTE_BYTES  # bf16 weight gradient from the head's matmul ...
     if ps.param_bytes != HEAD_GRAD_COMPUTE_BYTES:
         head_grad = head_grad + head_grad_params * ps.param_bytes  # ... and its cast to the parameter dtype (AMP)
-    head_grad = head_grad + tokens * ps.activation_bytes * h / t  # the gradient w.r.t. the head's input
-    last_logits = np.maximum(loss_buffers, head_grad)
-    first_logits = np.where(p == 1, last_logits, 0.0)
+    head_grad = head_grad + tokens * act * h / t  # the gradient w.r.t. the head's input
 
+    if stages is None:  # the first and the last stage bound every stage (a middle one has fewer of both)
+        stages = (np.zeros(np.shape(p)), p - 1)
     candidates = []
-    for params, castable, acts, logits in (
-        (first_params, castable_first, first_acts, first_logits),
-        (last_params, castable_last, last_acts, last_logits),
-    ):
+    for stage in stages:
+        last = stage == p - 1
+        in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
+        params, castable = _stage_parameters(model, t, p, stage)
+        acts = in_flight * (stage_layers + per_micro_batch_fixed) + per_stage_fixed + np.where(last, head_activations, 0)
+        logits = np.where(last, np.maximum(loss_buffers, head_grad), 0.0)
+
         weights, grads, optimizer = model_state_bytes(params, ps, opt_state, shard_optimizer, d)
         updated_params = params / d if shard_optimizer >= 1 else params  # the params this GPU's optimizer updates
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
@@ -444,27 +566,76 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b):
             "transient": updated_params * opt_temp,  # foreach AdamW: one fp32 temporary per updated (fp32) param
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
-        # main-grad buffer, i.e. a master copy) or if an earlier micro-batch of this step already produced them.
-        grads_persist = ps.master_bytes > 0
+        # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
+        # the framework keeps its sharded gradients (FSDP2).
+        grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
-        compute_copies = castable * ps.compute_copy_bytes  # autocast's cached bf16 weights, held by autograd
-        gathered = 0.0
-        if zero >= 3:  # ZeRO-3 all-gathers the layers it is computing (unsharded, param dtype)
-            gathered = ZERO3_GATHERED_LAYERS * (model.layer_parameters() / t) * ps.param_bytes
+        copies_at_loss, one_layer_copies = _compute_copies(
+            model, recipe, ps, zero, t, p, castable, last, full_recompute
+        )
+        # DeepSpeed's contiguous gradient bucket, allocated in backward() (stage_1_and_2.py / stage3.py)
+        buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
         backward_start = {
             "weights": weights,
             "gradients": grads_alive,
             "optimizer": optimizer,
             "activations": acts,
             "logits": logits,
-            "transient": compute_copies + gathered,
+            "transient": copies_at_loss + buckets,
         }
-        candidates += [optimizer_step, backward_start]
+        # Recomputing a checkpointed layer in backward: its full activations once, the output gradient, its copies.
+        recompute = {
+            "weights": weights,
+            "gradients": grads_alive,
+            "optimizer": optimizer,
+            "activations": acts + (layer_bytes if full_recompute else 0.0),
+            "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
+            "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
+        }
+        if not full_recompute:
+            recompute = {k: 0.0 * acts for k in recompute}
+        candidates += [optimizer_step, backward_start, recompute]
 
-    totals = np.stack([sum(np.broadcast_to(v, np.shape(d)) for v in c.values()) for c in candidates])
+    shape = np.broadcast_shapes(np.shape(d), *(np.shape(st) for st in stages))
+    totals = np.stack([sum(np.broadcast_to(v, shape) for v in c.values()) for c in candidates])
     best = np.argmax(totals, axis=0)
     parts = {
-        k: np.choose(best, [np.broadcast_to(np.asarray(c[k], dtype=np.float64), np.shape(d)) for c in candidates])
+        k: np.choose(best, [np.broadcast_to(np.asarray(c[k], dtype=np.float64), shape) for c in candidates])
         for k in _COMPONENTS
     }
-    return parts, best % 2
+    return parts, best % len(_PHASES)
+
+
+def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
+    return ps.compute_copy_bytes if recipe.autocast else 0
+
+
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute):
+    """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
+
+    Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
+    recomputation (torch.utils.checkpoint, Megatron CheckpointFunction) a checkpointed layer's copies are made again
+    when it is recomputed, so at backward start only the LM head outside the checkpoints holds one.
+    ZeRO-3 / FSDP: a full weight exists only while its layer is gathered; the gather is in the compute dtype
+    (FSDP2 MixedPrecisionPolicy.param_dtype, DeepSpeed's bf16 params), so it is the copy, and the sharded
+    parameters have no autocast cache. Gathered: the layer computing plus the one prefetched (FSDP2), or up to
+    stage3_max_live_parameters elements (DeepSpeed); on the last stage the LM head's unit too.
+    """
+    copy_bytes = _autocast_copy_bytes(recipe, ps)
+    head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
+    layer_castable = (model.attention_parameters() + model.mlp_parameters()) / t
+    if zero < 3:
+        at_backward_start = (head if full_recompute else castable) * copy_bytes
+        return at_backward_start, layer_castable * copy_bytes
+    stage_layer_weights = (model.num_layers / p) * model.layer_parameters() / t
+    gathered = np.minimum(recipe.zero3_gathered_layers * model.layer_parameters() / t, stage_layer_weights)
+    if recipe.max_live_parameters:
+        gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
+    return (gathered + head) * ps.activation_bytes, 0.0 * gathered
+
+
+def effective_zero_stage(training: TrainingSpec) -> int:
+    """The ZeRO stage a framework runs: FSDP2's fully_shard is ZeRO-3 (zero_stage 0 means its default)."""
+    if training.framework == "fsdp2" and training.zero_stage == 0:
+        return 3
+    return training.zero_stage

@@ -17,6 +17,9 @@ Precision = Literal["amp", "bf16-master", "fp32"]
 Optimizer = Literal["adamw", "adamw-fused", "sgd"]
 Recompute = Literal["none", "selective", "full"]
 Attention = Literal["eager", "flash"]
+# The training stack whose memory recipe applies (frenzy_core.recipes); "unknown": the band over all of them.
+Framework = Literal["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"]
+UNKNOWN_FRAMEWORK = "unknown"
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class TrainingSpec(BaseModel):
     sequence_parallel: bool = False  # Megatron SP: norms and dropouts split over t too (Korthikanti et al. 2022)
     attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
     dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
+    framework: Framework = "pytorch"  # whose code runs the step: pytorch, hf, megatron, fsdp2, deepspeed, unknown
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -86,6 +90,12 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.framework == "megatron" and self.precision == "amp":
+            raise ValueError("megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32")
+        if self.framework == "fsdp2" and self.zero_stage in (1, 2):
+            raise ValueError(
+                f"fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {self.zero_stage}"
+            )
         return self
 
     @property

@@ -236,3 +236,35 @@ def test_invalid_split_is_a_spec_error_naming_the_field(par, field):
     with pytest.raises(SpecError) as err:
         predict_memory(GPT2, TrainingSpec(seq_len=1024, global_batch=64), par)
     assert err.value.field == field
+
+
+# --- ZeRO-3 / FSDP: gathered layers in the compute dtype, no autocast cache of sharded weights ---------------------
+def test_zero3_gathers_bf16_layers_and_divides_everything_by_d():
+    # gpt2, amp (fp32 params, bf16 compute), ZeRO-3 over d=4, b=1, s=1024, B=4. Hand-derived:
+    #   weights 124,439,808 x 4 / 4; gradients 4 B/param / 4 (none alive at backward start: one micro-batch);
+    #   optimizer 8 B/param / 4; transient = the gathered copies in bf16: two blocks (2 x 7,087,872 params) plus the
+    #   tied head's unit (50,257 x 768 = 38,597,376): (14,175,744 + 38,597,376) x 2 = 105,546,240 bytes.
+    # Before the fix the transient was every castable weight's bf16 copy, undivided (12 x 7,084,800 + 38,597,376) x 2,
+    # plus two layers gathered in fp32 (2 x 7,087,872 x 4): 303,932,928 bytes.
+    P = 124_439_808
+    training = TrainingSpec(seq_len=1024, global_batch=4, micro_batch=1, precision="amp", zero_stage=3)
+    got = predict_memory(GPT2, training, Parallelism(dp=4), overhead=NO_OVERHEAD)
+    assert (got.weights_bytes, got.optimizer_bytes) == (P * 4 // 4, P * 8 // 4)
+    assert got.gradients_bytes == 0
+    assert got.transient_bytes == 105_546_240
+    # more data parallelism never increases a ZeRO-3 GPU's memory
+    more = predict_memory(GPT2, training.model_copy(update={"global_batch": 8}), Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert more.total_bytes <= got.total_bytes
+
+
+def test_gpu_report_keys_nest_allocated_reserved_total():
+    training = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=2, precision="bf16-master")
+    got = predict_memory(GPT2, training, Parallelism(dp=2, pp=4))
+    tensors = sum(v for k, v in got.components().items() if k != "overhead")
+    assert got.allocated_bytes == tensors + DEFAULT_OVERHEAD.workspace_bytes
+    assert got.reserved_bytes == got.allocated_bytes + round(DEFAULT_OVERHEAD.fragmentation_fraction * tensors)
+    assert got.total_bytes == got.reserved_bytes + DEFAULT_OVERHEAD.cuda_context_bytes + DEFAULT_OVERHEAD.nccl_buffer_bytes
+    stages = got.per_stage_allocated_bytes
+    assert len(stages) == 4 and max(stages) == got.allocated_bytes
+    # 1F1B: stage i holds min(p - i, m) micro-batches, so the middle stages fall from first to last but one
+    assert stages[0] > stages[1] > stages[2]

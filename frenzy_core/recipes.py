@@ -1,0 +1,151 @@
+"""Framework recipes: where each training stack keeps a tensor alive that the plain-PyTorch model counts differently.
+
+A `Recipe` is a small set of named terms. `pytorch` is the mechanism-level model of frenzy_core.memory, exact against
+frenzy_core.tracer (a plain PyTorch decoder under CUDA autocast). The other recipes change only the terms their
+framework's code changes; everything they share (weights, Adam states, saved linear inputs, flash attention, the
+1F1B schedule) lives once in frenzy_core.memory. Each field cites the file and function it comes from, read at the
+commits listed in docs/memory.md ("Framework recipes"). No term is fitted to a measurement.
+
+>>> RECIPES["megatron"].loss_bytes_per_logit, RECIPES["pytorch"].loss_bytes_per_logit
+(6, 12)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from frenzy_core.errors import SpecError
+from frenzy_core.training import PRECISIONS, PrecisionSetup
+
+FP32_BYTES, BF16_BYTES, MASK_BYTES = 4, 2, 1
+
+# --- the loss, bytes per logit element alive while its backward runs -----------------------------------------------
+# torch.nn.functional.cross_entropy in fp32 (CUDA autocast / an explicit .float()): log_softmax saves its fp32 output;
+# LogSoftmaxBackward holds that output, the fp32 gradient from nll_loss and the fp32 gradient it produces.
+TORCH_CROSS_ENTROPY_BYTES = FP32_BYTES + FP32_BYTES + FP32_BYTES  # = 12
+# megatron/core/tensor_parallel/cross_entropy.py, _VocabParallelCrossEntropy: logits.float() once, then max-subtract,
+# exp and divide in place; save_for_backward(exp_logits) keeps that one fp32 softmax; backward turns it into the
+# gradient in place (grad_input = softmax; grad_input.mul_), and autograd casts it to the bf16 logits' dtype.
+MEGATRON_VOCAB_PARALLEL_CE_BYTES = FP32_BYTES + BF16_BYTES  # = 6
+
+# --- DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig) -------------------------------
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size = 5e8
+DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters = 1e9
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The terms of one framework that differ from the plain-PyTorch model (docs/memory.md, "Framework recipes")."""
+
+    name: str
+    describes: str  # the stack, in words
+    loss_bytes_per_logit: int  # alive while the loss' backward runs, per logit element of the micro-batch
+    caller_keeps_logits: bool  # the model output keeps the compute-dtype logits alive through backward
+    fused_softmax: bool  # eager attention saves compute-dtype probabilities (fused scale-mask-softmax), no fp32 copy
+    autocast: bool  # autocast caches a compute-dtype copy of each weight (False: the params are the compute dtype)
+    residual_in_compute_dtype: bool  # the residual stream is in the compute dtype (params cast before forward)
+    separate_projections: bool  # q/k/v and gate/up are separate Linears: under autocast each casts its input
+    unfused_rmsnorm: bool  # RMSNorm written as x * rsqrt(mean(x^2)) then * weight: saves an fp32 normalised copy
+    unfused_gelu_tanh: bool  # GPT-2's gelu_new as a Python formula: pow, tanh, mul each save a tensor
+    zero3_gathered_layers: int  # layers whose unsharded parameters exist at once under ZeRO-3 / FSDP
+    grads_alive_at_peak: bool  # the (sharded) gradients of the previous step or micro-batch are counted at the peak
+    reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
+    max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
+
+    def precision_setup(self, precision: str) -> PrecisionSetup:
+        """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
+        ps = PRECISIONS[precision]
+        if self.name == "fsdp2":
+            # torch.distributed.fsdp fully_shard + MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the
+            # sharded parameters stay fp32 (they are the optimizer's master), grads reduce-scatter to fp32, compute
+            # runs on the all-gathered bf16 copy (torchtitan parallelize.py apply_fsdp).
+            if ps.compute_dtype == "bf16":
+                return PrecisionSetup("fsdp2-bf16", 4, 4, 0, 0, BF16_BYTES, BF16_BYTES, "bf16")
+            return ps
+        if self.name == "deepspeed" and precision == "bf16-master":
+            # deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer: bf16 params and bf16 gradients
+            # (averaged_gradients / ipg buckets in the param dtype), fp32 master partition + Adam states.
+            return PrecisionSetup("deepspeed-bf16", BF16_BYTES, BF16_BYTES, FP32_BYTES, 0, BF16_BYTES, BF16_BYTES, "bf16")
+        return ps
+
+
+PYTORCH = Recipe(
+    name="pytorch",
+    describes="plain PyTorch: torch.autocast(bf16) or bf16 params, fused QKV and gate/up, torch cross_entropy",
+    loss_bytes_per_logit=TORCH_CROSS_ENTROPY_BYTES,
+    caller_keeps_logits=False,
+    fused_softmax=False,
+    autocast=True,
+    residual_in_compute_dtype=False,
+    separate_projections=False,
+    unfused_rmsnorm=False,
+    unfused_gelu_tanh=False,
+    zero3_gathered_layers=2,  # FSDP forward/backward prefetch: the layer computing and the next one
+    grads_alive_at_peak=False,
+    reduce_bucket_elements=0,
+    max_live_parameters=0,
+)
+
+RECIPES: dict[str, Recipe] = {
+    "pytorch": PYTORCH,
+    # transformers modeling_llama.py / modeling_gpt2.py + Trainer (accelerate autocast on fp32 params)
+    "hf": replace(
+        PYTORCH,
+        name="hf",
+        describes="Hugging Face transformers model code + Trainer/accelerate autocast",
+        # CausalLMOutputWithPast(logits=...) keeps the LM head's output alive until the step ends
+        caller_keeps_logits=True,
+        # LlamaAttention: q_proj, k_proj, v_proj; LlamaMLP: gate_proj, up_proj (separate nn.Linear)
+        separate_projections=True,
+        # LlamaRMSNorm.forward: hidden_states.to(float32) * rsqrt(variance + eps), then weight * (...).to(dtype)
+        unfused_rmsnorm=True,
+        # activations.py NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
+        unfused_gelu_tanh=True,
+    ),
+    # megatron/core (transformer_impl=transformer_engine): bf16 params, fp32 main grads, vocab-parallel loss
+    "megatron": replace(
+        PYTORCH,
+        name="megatron",
+        describes="Megatron-Core with Transformer Engine (or its local layers where they agree)",
+        loss_bytes_per_logit=MEGATRON_VOCAB_PARALLEL_CE_BYTES,
+        # megatron/core/fusions/fused_softmax.py FusedScaleMaskSoftmax (TE: attention/softmax.py): the fused
+        # scaled_upper_triang_masked_softmax kernel returns bf16 probs and saves only them
+        fused_softmax=True,
+        autocast=False,  # --bf16 casts the model itself (Float16Module); no autocast
+        residual_in_compute_dtype=True,
+    ),
+    # torchtitan: fully_shard per block + MixedPrecisionPolicy(bf16, fp32), loss on pred.float(), `del pred`
+    "fsdp2": replace(
+        PYTORCH,
+        name="fsdp2",
+        describes="torchtitan-style FSDP2 (fully_shard, MixedPrecisionPolicy param bf16 / reduce fp32)",
+        autocast=False,  # compute on the all-gathered bf16 params: no autocast, no weight cache
+        residual_in_compute_dtype=True,
+        # fully_shard: the block computing plus the one prefetched (FSDPParamGroup.pre_forward / pre_backward)
+        zero3_gathered_layers=2,
+        # the reduce-scattered fp32 gradient shards accumulate into .grad through backward
+        grads_alive_at_peak=True,
+    ),
+    # DeepSpeed ZeRO 1/2/3, bf16 engine
+    "deepspeed": replace(
+        PYTORCH,
+        name="deepspeed",
+        describes="DeepSpeed ZeRO 1/2/3 with bf16 enabled and the default bucket sizes",
+        autocast=False,  # bf16: the engine casts the module (engine.py _configure_distributed_model: module.bfloat16())
+        residual_in_compute_dtype=True,
+        # stage_1_and_2.py backward(): ipg_buffer = torch.empty(reduce_bucket_size, dtype=param dtype)
+        reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+        # stage3.py / partitioned_param_coordinator.py: gathered params kept up to stage3_max_live_parameters
+        max_live_parameters=DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS,
+    ),
+}
+
+FRAMEWORKS = tuple(RECIPES)
+
+
+def get_recipe(framework: str) -> Recipe:
+    """The recipe for a `TrainingSpec.framework` name; a SpecError naming `framework` otherwise."""
+    try:
+        return RECIPES[framework]
+    except KeyError:
+        raise SpecError("framework", f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}") from None

@@ -1,0 +1,131 @@
+"""frenzy_core.recipes: each framework term worked by hand from the framework's code, and the recipes' contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from frenzy_core.errors import SpecError
+from frenzy_core.memory import NO_OVERHEAD, layer_activations, predict_memory, predict_memory_band
+from frenzy_core.models import ZOO, ModelSpec
+from frenzy_core.recipes import FRAMEWORKS, RECIPES, get_recipe
+from frenzy_core.training import Parallelism, TrainingSpec, make_training
+
+GPT2, LLAMA8 = ZOO["gpt2"], ZOO["llama-3.1-8b"]
+# Megatron-LM's CI GPT (tests/functional_tests/test_cases/gpt/*/model_config.yaml): 12 x 512, 8 heads, vocab 50304
+MLM_GPT = ModelSpec(name="mlm-ci", vocab_size=50304, hidden_size=512, num_layers=12, num_heads=8, max_positions=1024)
+
+
+def _spec(framework, **kw):
+    base = dict(seq_len=1024, global_batch=4, micro_batch=4, precision="bf16-master", framework=framework)
+    return TrainingSpec(**{**base, **kw})
+
+
+def test_every_framework_has_a_recipe_named_after_it():
+    assert set(FRAMEWORKS) == {"pytorch", "hf", "megatron", "fsdp2", "deepspeed"}
+    assert all(RECIPES[name].name == name for name in FRAMEWORKS)
+
+
+def test_unknown_framework_name_is_a_spec_error_naming_framework():
+    with pytest.raises(SpecError) as err:
+        get_recipe("jax")
+    assert err.value.field == "framework"
+    with pytest.raises(SpecError) as err:
+        make_training(framework="jax")
+    assert err.value.field == "framework"
+
+
+def test_megatron_vocab_parallel_loss_keeps_six_bytes_per_logit():
+    # cross_entropy.py: one fp32 softmax made in place (4 B) + autograd's cast of its in-place gradient to bf16 (2 B).
+    # b=4, s=1024: 4,096 tokens x 50,304 logits x 6 B = 1,236,271,104; the head's gradient (50,304 x 512 x 2 +
+    # 4,096 x 512 x 2 = 55,705,600) is smaller, so the logits term is the loss.
+    got = predict_memory(MLM_GPT, _spec("megatron"), overhead=NO_OVERHEAD)
+    assert got.logits_bytes == 4096 * 50304 * 6 == 1_236_271_104
+    # the plain PyTorch loss: fp32 log-softmax + nll gradient + its own gradient = 12 B per logit
+    assert predict_memory(MLM_GPT, _spec("pytorch"), overhead=NO_OVERHEAD).logits_bytes == 4096 * 50304 * 12
+
+
+def test_megatron_fused_softmax_saves_five_bytes_per_score_with_dropout():
+    # fused_softmax.py: bf16 probs (2) + dropout mask (1) + dropout output kept by the PV matmul (2) = 5 per score;
+    # the PyTorch/autocast path keeps fp32 probs (4) + mask (1) + bf16 dropout output (2) = 7.
+    a = MLM_GPT.num_heads
+    eager = dict(attention="eager", dropout=0.1)
+    assert layer_activations(MLM_GPT, _spec("megatron", **eager)).scores == 5 * a == 40
+    assert layer_activations(MLM_GPT, _spec("pytorch", **eager)).scores == 7 * a
+    assert layer_activations(MLM_GPT, _spec("megatron", attention="eager")).scores == 2 * a  # no dropout: probs only
+
+
+def test_hf_gelu_new_saves_its_unfused_formula():
+    # NewGELUActivation under CUDA autocast (fp32 params): pow saves its fp32 input cast (4), tanh its output (4),
+    # the last mul saves 0.5*x (2) and 1 + tanh (4), c_proj keeps its bf16 input (2): 16 B per inner element,
+    # against 2 + 2 for a fused GELU. GPT-2's inner width is 3,072: 12 x 3,072 = 36,864 more bytes per token.
+    amp = dict(precision="amp")
+    hf, pt = layer_activations(GPT2, _spec("hf", **amp)), layer_activations(GPT2, _spec("pytorch", **amp))
+    assert hf.split - pt.split == 12 * 3072 == 36_864
+    assert hf.replicated == pt.replicated  # GPT-2 keeps a fused c_attn and LayerNorm: nothing else differs
+
+
+def test_hf_llama_separate_projections_and_unfused_rmsnorm_under_autocast():
+    # h = 4,096, kv = 1,024. Replicated: each LlamaRMSNorm saves an fp32 normalised copy (2 x 4h); q/k/v cast the
+    # fp32 norm output three times, gate/up twice (2 + 1 extra bf16 copies: 3 x 2h). Split, flash: q_proj/k_proj
+    # outputs die after RoPE (only v and the rotated copies survive): 2 x (4,096 + 1,024) fewer bytes.
+    h, kv = 4096, 1024
+    hf, pt = (layer_activations(LLAMA8, _spec(f, precision="amp", attention="flash")) for f in ("hf", "pytorch"))
+    assert hf.replicated - pt.replicated == 2 * 4 * h + 3 * 2 * h == 57_344
+    assert pt.split - hf.split == 2 * (h + kv)
+
+
+def test_hf_keeps_the_bf16_logits_through_backward():
+    # CausalLMOutputWithPast(logits=...) holds the lm_head output: 12 + 2 = 14 B per logit
+    got = predict_memory(MLM_GPT, _spec("hf", precision="amp"), overhead=NO_OVERHEAD)
+    assert got.logits_bytes == 4096 * 50304 * 14
+
+
+def test_fsdp2_zero3_by_hand():
+    # gpt2 (124,439,808 params), amp -> MixedPrecisionPolicy(bf16, fp32), d=8, b=1, s=1024, B=8: fp32 params, fp32
+    # gradients (alive: FSDP2 keeps the reduce-scattered shards) and Adam's 8 B, all / 8; the gathered bf16 copies are
+    # two blocks (2 x 7,087,872) plus the head's unit (the tied 38,597,376-parameter embedding): 105,546,240 bytes.
+    P = 124_439_808
+    training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1, precision="amp", framework="fsdp2")
+    got = predict_memory(GPT2, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert got.weights_bytes == P * 4 // 8
+    assert got.gradients_bytes == P * 4 // 8
+    assert got.optimizer_bytes == P * 8 // 8
+    assert got.transient_bytes == (2 * 7_087_872 + 38_597_376) * 2 == 105_546_240
+    assert got.peak_phase == "backward-start"
+
+
+def test_fsdp2_rejects_zero_1_and_2():
+    with pytest.raises(SpecError) as err:
+        make_training(framework="fsdp2", zero_stage=2)
+    assert err.value.field == "framework" or "zero_stage" in str(err.value)
+
+
+def test_megatron_has_no_autocast_mode():
+    with pytest.raises(SpecError):
+        make_training(framework="megatron", precision="amp")
+
+
+def test_deepspeed_allocates_its_reduce_bucket_in_backward():
+    # stage_1_and_2.py backward(): ipg_buffer = torch.empty(reduce_bucket_size = 5e8, dtype=bf16): 1e9 bytes
+    z0 = predict_memory(GPT2, _spec("deepspeed"), Parallelism(dp=1), overhead=NO_OVERHEAD)
+    z2 = predict_memory(GPT2, _spec("deepspeed", zero_stage=2), Parallelism(dp=1), overhead=NO_OVERHEAD)
+    assert z2.peak_phase == "backward-start"
+    assert z2.transient_bytes - z0.transient_bytes == 500_000_000 * 2
+
+
+def test_deepspeed_bf16_keeps_bf16_gradients():
+    # DeepSpeedZeroOptimizer: bf16 params and gradients, fp32 master + Adam states: 2 + 2 + 4 + 8 bytes per param
+    got = predict_memory(GPT2, _spec("deepspeed", global_batch=8), Parallelism(dp=1), overhead=NO_OVERHEAD)
+    P = GPT2.parameter_count()
+    assert (got.weights_bytes, got.gradients_bytes, got.optimizer_bytes) == (2 * P, 2 * P, 12 * P)
+
+
+def test_unknown_framework_gives_the_band_of_all_recipes():
+    training = _spec("unknown", precision="bf16-master", global_batch=8)
+    low, high = predict_memory_band(GPT2, training, Parallelism(dp=2), overhead=NO_OVERHEAD)
+    each = [
+        predict_memory(GPT2, training.model_copy(update={"framework": f}), Parallelism(dp=2), overhead=NO_OVERHEAD)
+        for f in FRAMEWORKS
+    ]
+    assert low.total_bytes == min(r.total_bytes for r in each) < high.total_bytes == max(r.total_bytes for r in each)
+    assert predict_memory(GPT2, training, Parallelism(dp=2), overhead=NO_OVERHEAD).total_bytes == high.total_bytes
