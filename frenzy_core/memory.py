@@ -168,7 +168,7 @@ def predict_memory(
     par = par or Parallelism()
     _check_method(method)
     check_parallelism(model, training, par)
-    check_sizes(model, training, par)
+    check_sizes(model, training)
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
@@ -236,6 +236,7 @@ def predict_memory_totals(
     """
     _check_method(method)
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in (dp, tp, pp, micro_batch)))
+    check_sizes(model, training, micro_batch=int(np.max(arrays[3])) if arrays[3].size else None)
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return np.max(
             [predict_memory_totals(model, spec, *arrays, method, overhead) for spec in _known_frameworks(training)],
@@ -268,22 +269,31 @@ MAX_BYTES = 2**62
 MAX_BYTES_PER_ELEMENT = 64  # the largest bytes-per-element any term multiplies a parameter or a logit by
 
 
-def check_sizes(model: ModelSpec, training: TrainingSpec, par: Parallelism | None = None) -> None:
-    """Reject shapes whose byte counts overflow int64, naming the field and the limit (SpecError)."""
+def check_sizes(model: ModelSpec, training: TrainingSpec, micro_batch: int | None = None) -> None:
+    """Reject shapes whose byte counts overflow int64, naming the field and the limit (SpecError).
+
+    >>> from frenzy_core.models import ZOO
+    >>> check_sizes(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8)) is None
+    True
+    """
     limit = MAX_BYTES // MAX_BYTES_PER_ELEMENT
-    sizes = {
-        "parameters": model.parameter_count(),
-        "seq_len x micro_batch x vocab_size": training.seq_len * training.micro_batch * model.vocab_size,
-        "seq_len x micro_batch x hidden_size x num_layers": training.seq_len * training.micro_batch
-        * model.hidden_size * model.num_layers,
-        "seq_len^2 x micro_batch x num_heads": training.seq_len**2 * training.micro_batch * model.num_heads,
-        "global_batch x seq_len": training.global_batch * training.seq_len,
-    }
-    for field, value in sizes.items():
+    b = int(micro_batch if micro_batch is not None else training.micro_batch)
+    s = training.seq_len
+    # (field named in the error, what it multiplies, elements)
+    sizes = (
+        ("parameters", "the model's parameters", model.parameter_count()),
+        ("vocab_size", "logits = seq_len x micro_batch x vocab_size", s * b * model.vocab_size),
+        ("hidden_size", "activations = seq_len x micro_batch x hidden_size x num_layers",
+         s * b * model.hidden_size * model.num_layers * max(1, model.moe_top_k if model.is_moe else 1)),
+        ("seq_len", "attention scores = seq_len^2 x micro_batch x num_heads x num_layers",
+         s * s * b * model.num_heads * model.num_layers),
+        ("global_batch", "tokens per step = global_batch x seq_len", training.global_batch * s),
+    )
+    for field, what, value in sizes:
         if value > limit:
             raise SpecError(
-                field.split(" ")[0] if field != "parameters" else "parameters",
-                f"{field} = {value:.3g} exceeds the {limit:.3g} elements whose bytes fit in 64-bit arithmetic "
+                field,
+                f"{what} = {value:.3g} exceeds the {limit:.3g} elements whose bytes fit in 64-bit arithmetic "
                 f"({MAX_BYTES_PER_ELEMENT} bytes each, {MAX_BYTES:.3g} bytes); no GPU cluster holds this: "
                 f"use a smaller model or batch",
             )

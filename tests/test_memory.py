@@ -268,3 +268,87 @@ def test_gpu_report_keys_nest_allocated_reserved_total():
     assert len(stages) == 4 and max(stages) == got.allocated_bytes
     # 1F1B: stage i holds min(p - i, m) micro-batches, so the middle stages fall from first to last but one
     assert stages[0] > stages[1] > stages[2]
+
+
+# --- safety: sizes int64 cannot hold are rejected, not wrapped ----------------------------------------------------
+HUGE = ModelSpec(name="huge", vocab_size=50257, hidden_size=1_048_576, num_layers=2_200_000, num_heads=8192,
+                 max_positions=1024)
+
+
+def test_a_model_too_large_for_int64_is_rejected_naming_parameters():
+    # 12 x (2^20)^2 x 2.2e6 = 2.9e19 parameters: x 16 bytes wraps int64 (9.2e18) into negative memory
+    assert HUGE.parameter_count() > 2.8e19
+    training = TrainingSpec(seq_len=1024, global_batch=8)
+    with pytest.raises(SpecError) as err:
+        predict_memory(HUGE, training)
+    assert err.value.field == "parameters" and "exceeds" in str(err.value)
+    with pytest.raises(SpecError):  # the vectorised path plans.py uses
+        predict_memory_totals(HUGE, training, 1, 1, 1, 1)
+
+
+def test_a_batch_too_large_for_int64_is_rejected_naming_the_field():
+    training = TrainingSpec(seq_len=1 << 20, global_batch=1 << 30, micro_batch=1 << 30, attention="eager")
+    with pytest.raises(SpecError) as err:
+        predict_memory(ZOO["llama-3.1-8b"], training)
+    assert err.value.field in {"vocab_size", "hidden_size", "seq_len"}
+
+
+# --- monotonicity, every framework (hypothesis) ------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from frenzy_core.recipes import FRAMEWORKS  # noqa: E402
+
+_SETUP = st.fixed_dictionaries({
+    "framework": st.sampled_from(FRAMEWORKS),
+    "precision": st.sampled_from(["amp", "bf16-master", "fp32"]),
+    "attention": st.sampled_from(["eager", "flash"]),
+    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "dropout": st.sampled_from([0.0, 0.1]),
+    "zero_stage": st.sampled_from([0, 1, 2, 3]),
+    "optimizer": st.sampled_from(["adamw", "adamw-fused", "sgd"]),
+})
+
+
+def _valid(setup: dict) -> dict:
+    if setup["framework"] == "megatron" and setup["precision"] == "amp":
+        setup = {**setup, "precision": "bf16-master"}
+    if setup["framework"] == "fsdp2" and setup["zero_stage"] in (1, 2):
+        setup = {**setup, "zero_stage": 3}
+    return setup
+
+
+def _small(layers: int = 4, rotary: bool = True) -> ModelSpec:
+    kw = dict(position_kind="rotary", norm_kind="rmsnorm", mlp_kind="swiglu", num_kv_heads=2, ffn_size=704,
+              bias=False, tie_embeddings=False) if rotary else {}
+    return ModelSpec(name="small", vocab_size=8000, hidden_size=256, num_layers=layers, num_heads=8,
+                     max_positions=4096, **kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_SETUP, st.sampled_from([1, 2, 4]), st.sampled_from([256, 512, 1024]), st.booleans())
+def test_memory_never_decreases_with_micro_batch_sequence_or_layers(setup, b, s, rotary):
+    setup = _valid(setup)
+    model = _small(4, rotary)
+
+    def total(model=model, b=b, s=s, d=2, t=1):
+        tr = TrainingSpec(seq_len=s, global_batch=16, micro_batch=b, **setup)
+        return predict_memory(model, tr, Parallelism(dp=d, tp=t), overhead=NO_OVERHEAD).total_bytes
+
+    assert total(b=2 * b) >= total()
+    assert total(s=2 * s) >= total()
+    assert total(model=_small(8, rotary)) >= total()
+
+
+@settings(max_examples=60, deadline=None)
+@given(_SETUP, st.sampled_from([1, 2]), st.booleans())
+def test_memory_never_increases_with_data_or_tensor_parallelism(setup, b, rotary):
+    setup = _valid(setup)
+    model = _small(4, rotary)
+
+    def total(d, t):
+        tr = TrainingSpec(seq_len=512, global_batch=8 * b, micro_batch=b, **setup)
+        return predict_memory(model, tr, Parallelism(dp=d, tp=t), overhead=NO_OVERHEAD).total_bytes
+
+    assert total(2, 1) <= total(1, 1) and total(4, 1) <= total(2, 1)  # fewer micro-batches, more sharding
+    assert total(1, 2) <= total(1, 1)
