@@ -36,7 +36,7 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--distributed-optimizer", action="store_true", help="Megatron distributed optimizer")
     p.add_argument("--attention", default="flash", choices=["eager", "flash"])
     p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    p.add_argument("--recompute", default="none", choices=["none", "selective", "full", "op-sac"])
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
     p.add_argument("--framework", default="pytorch",
@@ -46,6 +46,8 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
         p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
         p.add_argument("--tp", type=int, default=1, help="tensor-parallel shards")
         p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+        p.add_argument("--cp", type=int, default=1, help="context-parallel ranks (sequence split, ring attention)")
+        p.add_argument("--vp", type=int, default=1, help="virtual pipeline chunks per rank (interleaved 1F1B)")
 
 
 def _model(args):
@@ -107,7 +109,7 @@ def cmd_memory(args) -> int:
     from frenzy_core.training import Parallelism
 
     model = _model(args)
-    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp)
+    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp)
     training = _training(args, dp=args.dp)
     mem = predict_memory(model, training, par, method=args.method)
     band = None

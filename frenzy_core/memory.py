@@ -172,14 +172,14 @@ def predict_memory(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
-    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead)
+    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp)
     values = {k: int(v) for k, v in parts.items()}
     phase_name = "static+activations" if method == "paper" else _PHASES[int(phase)]
     if method == "paper":
         per_stage = (values["allocated"],) * par.pp
     else:
         per_stage = tuple(
-            int(v) for v in _stage_allocated(model, training, dp, tp, pp, b, np.arange(par.pp), overhead)
+            int(v) for v in _stage_allocated(model, training, par, np.arange(par.pp), overhead)
         )
     return MemoryBreakdown(
         weights_bytes=values["weights"],
@@ -223,6 +223,8 @@ def predict_memory_totals(
     micro_batch,
     method: str = "detailed",
     overhead: OverheadSpec = DEFAULT_OVERHEAD,
+    cp=1,
+    vp=1,
 ) -> np.ndarray:
     """Vectorised `predict_memory(...).total_bytes` over broadcast int arrays dp, tp, pp, micro_batch (int64 bytes).
 
@@ -239,10 +241,13 @@ def predict_memory_totals(
     check_sizes(model, training, micro_batch=int(np.max(arrays[3])) if arrays[3].size else None)
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return np.max(
-            [predict_memory_totals(model, spec, *arrays, method, overhead) for spec in _known_frameworks(training)],
+            [
+                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp)
+                for spec in _known_frameworks(training)
+            ],
             axis=0,
         )
-    parts, _ = _evaluate(model, training, *arrays, method, overhead)
+    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp)
     return parts["total"]
 
 
@@ -299,15 +304,15 @@ def check_sizes(model: ModelSpec, training: TrainingSpec, micro_batch: int | Non
             )
 
 
-def _evaluate(model, training, dp, tp, pp, b, method, overhead):
+def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1):
     """Components (int64 arrays, rounded one by one so they sum to the total), GPU-report totals, peak phase index."""
     if method == "paper":
         parts, phase = _paper(model, training, dp, tp), np.zeros(np.shape(dp), dtype=np.int64)
     else:
-        parts, phase = _detailed(model, training, dp, tp, pp, b)
+        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp)
     rounded = {k: np.rint(parts[k]).astype(np.int64) for k in _COMPONENTS}
     tensors = sum(rounded.values())
-    allocated, reserved, total = _gpu_reports(overhead, dp * tp * pp, tensors, method)
+    allocated, reserved, total = _gpu_reports(overhead, dp * tp * pp * cp, tensors, method)
     rounded["allocated"], rounded["reserved"], rounded["total"] = allocated, reserved, total
     rounded["overhead"] = total - tensors
     return rounded, phase
@@ -324,11 +329,12 @@ def _gpu_reports(spec: OverheadSpec, num_gpus, tensors, method):
     return allocated, reserved, total.astype(np.int64)
 
 
-def _stage_allocated(model, training, dp, tp, pp, b, stages, overhead):
-    """Allocated peak (tensors + workspaces) of each pipeline stage in `stages`, for one scalar split."""
+def _stage_allocated(model, training, par, stages, overhead):
+    """Allocated peak (tensors + workspaces) of each pipeline stage in `stages`, for one split."""
     peaks = []
+    split = (np.int64(par.dp), np.int64(par.tp), np.int64(par.pp), np.int64(training.micro_batch))
     for stage in stages:
-        parts, _ = _detailed(model, training, dp, tp, pp, b, stages=(np.float64(stage),))
+        parts, _ = _detailed(model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp)
         peaks.append(sum(int(np.rint(parts[k])) for k in _COMPONENTS) + overhead.workspace_bytes)
     return peaks
 
@@ -504,16 +510,19 @@ def _stage_parameters(model: ModelSpec, t, p, stage):
     return params, castable
 
 
-def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None):
+def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1):
     """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
     recipe = get_recipe(training.framework)
     ps = recipe.precision_setup(training.precision)
-    d, t, p, b = (x.astype(np.float64) for x in (dp, tp, pp, b))
+    d, t, p, b, c, v = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp))
     s, V, h = training.seq_len, model.vocab_size, model.hidden_size
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
-    tokens = s * b  # tokens of one micro-batch
+    tokens = s * b / c  # tokens of one micro-batch on this GPU (context parallelism splits the sequence)
     micro_batches = training.global_batch / (d * b)  # m: micro-batches per replica per step
+    # Megatron's distributed optimizer and FSDP shard over the data-parallel x context-parallel ranks
+    # (parallel_state get_data_parallel_group(with_context_parallel=True); torchtitan's "dp_shard_cp" mesh)
+    shard = d * c
     sp_divisor = t if training.sequence_parallel else 1.0  # sequence parallelism splits the replicated terms too
     zero = effective_zero_stage(training)
     shard_optimizer = 1 if (training.distributed_optimizer and zero == 0) else zero  # Megatron's = ZeRO-1
@@ -523,20 +532,22 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     # -- activations per micro-batch --
     layer = layer_activations(model, training, recipe)
     layer_bytes = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t)
-    layers_per_stage = model.num_layers / p
-    full_recompute = training.recompute == "full"
-    if full_recompute:
+    full_recompute = training.recompute in ("full", "op-sac")  # layers recomputed in backward, one at a time
+    if training.recompute == "full":
         # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the layer
         # being recomputed in backward holds its full set once (phase "backward-recompute").
-        stage_layers = layers_per_stage * tokens * resid * h / sp_divisor
+        kept_layer = tokens * resid * h / sp_divisor
+    elif training.recompute == "op-sac":
+        sac = op_sac_layer_activations(model, training, recipe)
+        kept_layer = tokens * (sac.replicated / sp_divisor + sac.split / t)
     else:
-        stage_layers = layers_per_stage * layer_bytes
+        kept_layer = layer_bytes
     token_ids = tokens * INDEX_BYTES  # the micro-batch's int64 token ids, kept by the embedding's backward
     embedding_dropout_mask = tokens * MASK_BYTES * h / sp_divisor if training.dropout > 0 else 0.0
     per_micro_batch_fixed = token_ids + embedding_dropout_mask
     # Built once per forward and shared by every layer. With p > 1 we count them once per stage, as Megatron caches
     # its rotary table and fuses the causal mask (with one micro-batch in flight, as traced, this is exact).
-    causal_mask = float(s * s * MASK_BYTES) if training.attention == "eager" else 0.0  # one bool s x s
+    causal_mask = s * s / c * MASK_BYTES if training.attention == "eager" else 0.0  # one bool s x s (this GPU's rows)
     rope_tables = 2 * s * model.head_dim * BF16_BYTES if model.position_kind == "rotary" else 0.0  # cos and sin
     per_stage_fixed = causal_mask + rope_tables
     norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0.0
@@ -546,8 +557,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     head_activations = final_norm_input + head_input + target_ids
 
     # -- loss / LM-head buffers at the start of backward (last stage) --
-    loss_per_logit = recipe.loss_bytes_per_logit + (act if recipe.caller_keeps_logits else 0)
-    loss_buffers = tokens * V / t * loss_per_logit
+    loss_buffers = tokens * V / t * recipe.loss_bytes_per_logit
     head_grad_params = V * h / t
     head_grad = head_grad_params * HEAD_GRAD_COMPUTE_BYTES  # bf16 weight gradient from the head's matmul ...
     if ps.param_bytes != HEAD_GRAD_COMPUTE_BYTES:
@@ -560,12 +570,14 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     for stage in stages:
         last = stage == p - 1
         in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
+        layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage)
         params, castable = _stage_parameters(model, t, p, stage)
-        acts = in_flight * (stage_layers + per_micro_batch_fixed) + per_stage_fixed + np.where(last, head_activations, 0)
+        acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
+        acts = acts + np.where(last, head_activations, 0)
         logits = np.where(last, np.maximum(loss_buffers, head_grad), 0.0)
 
-        weights, grads, optimizer = model_state_bytes(params, ps, opt_state, shard_optimizer, d)
-        updated_params = params / d if shard_optimizer >= 1 else params  # the params this GPU's optimizer updates
+        weights, grads, optimizer = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
+        updated_params = params / shard if shard_optimizer >= 1 else params  # the params this GPU's optimizer updates
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
         optimizer_step = {
             "weights": weights,
@@ -598,7 +610,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "weights": weights,
             "gradients": grads_alive,
             "optimizer": optimizer,
-            "activations": acts + (layer_bytes if full_recompute else 0.0),
+            "activations": acts + (layer_bytes - kept_layer if full_recompute else 0.0),
             "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
             "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
         }
@@ -642,6 +654,49 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered
+
+
+def in_flight_layers(num_layers: int, p, vp, micro_batches, stage):
+    """Layers whose activations pipeline rank `stage` holds at once (the micro-batches it has in flight x layers).
+
+    1F1B (Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2): rank i runs p - i forwards before its first
+    backward: min(p - i, m) micro-batches of num_layers / p layers. Interleaved 1F1B with vp chunks per rank
+    (megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving):
+    num_warmup = (p - i - 1) x 2 + (vp - 1) x p chunk-forwards (capped by m x vp), plus the one in progress, each of
+    num_layers / (p vp) layers; on rank 0 that is num_layers x (1 + (p - 1) / (p vp)), Megatron's
+    theoretical_memory_usage.py interleaved_schedule_memory_penalty.
+
+    >>> [float(in_flight_layers(12, 4, vp, 8, rank)) for vp, rank in ((1, 0), (3, 0), (3, 3))]
+    [12.0, 15.0, 9.0]
+    """
+    p, vp, m, stage = (np.asarray(x, dtype=np.float64) for x in (p, vp, micro_batches, stage))
+    plain = np.minimum(p - stage, m) * num_layers / p
+    warmup = (p - stage - 1) * 2 + (vp - 1) * p
+    interleaved = np.minimum(warmup + 1, m * vp) * num_layers / (p * vp)
+    return np.where(vp > 1, interleaved, plain)
+
+
+def op_sac_layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe) -> _LayerActivations:
+    """Per-token bytes one layer keeps under per-op selective AC (torchtitan selective_ac_option="op").
+
+    torchtitan/models/llama3/infra/parallelize.py `_apply_ac_to_transformer_block`: the policy saves the outputs of
+    the ops in `_save_list` (aten.mm, the SDPA flash / efficient / cuDNN kernels, reduce_scatter, max) except every
+    second mm, counted per block in forward order; the block's input is kept by the checkpoint; all else is
+    recomputed. Llama's mm order is wq, wk, wv, wo, w1, w3, w2 (GELU MLP: fc1, fc2), so wq, wv, w1 and w2 are kept.
+    """
+    ps = recipe.precision_setup(training.precision)
+    act = ps.activation_bytes
+    resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
+    h, q, kv, a = model.hidden_size, model.q_dim, model.kv_dim, model.num_heads
+    inner = model.expert_ffn * model.moe_top_k if model.is_moe else model.ffn
+    mlp_widths = [inner, inner, h] if model.mlp_kind == "swiglu" else [inner, h]
+    widths = [q, kv, kv, h, *mlp_widths]  # mm outputs in forward order
+    kept = widths[0::2]  # the 1st, 3rd, 5th, ... mm of the block
+    block_input = resid * h
+    attention_output = act * q + FP32_BYTES * a  # SDPA output and log-sum-exp
+    last_is_h = 1 if kept[-1] == h and len(widths) % 2 == 1 else 0  # w2's output: replicated, like the input
+    split = act * (sum(kept) - last_is_h * h) + attention_output
+    return _LayerActivations(replicated=block_input + act * h * last_is_h, split=split, scores=0.0)
 
 
 def effective_zero_stage(training: TrainingSpec) -> int:

@@ -40,7 +40,6 @@ class Recipe:
     name: str
     describes: str  # the stack, in words
     loss_bytes_per_logit: int  # alive while the loss' backward runs, per logit element of the micro-batch
-    caller_keeps_logits: bool  # the model output keeps the compute-dtype logits alive through backward
     fused_softmax: bool  # eager attention saves compute-dtype probabilities (fused scale-mask-softmax), no fp32 copy
     autocast: bool  # autocast caches a compute-dtype copy of each weight (False: the params are the compute dtype)
     residual_in_compute_dtype: bool  # the residual stream is in the compute dtype (params cast before forward)
@@ -73,7 +72,6 @@ PYTORCH = Recipe(
     name="pytorch",
     describes="plain PyTorch: torch.autocast(bf16) or bf16 params, fused QKV and gate/up, torch cross_entropy",
     loss_bytes_per_logit=TORCH_CROSS_ENTROPY_BYTES,
-    caller_keeps_logits=False,
     fused_softmax=False,
     autocast=True,
     residual_in_compute_dtype=False,
@@ -93,8 +91,6 @@ RECIPES: dict[str, Recipe] = {
         PYTORCH,
         name="hf",
         describes="Hugging Face transformers model code + Trainer/accelerate autocast",
-        # CausalLMOutputWithPast(logits=...) keeps the LM head's output alive until the step ends
-        caller_keeps_logits=True,
         # LlamaAttention: q_proj, k_proj, v_proj; LlamaMLP: gate_proj, up_proj (separate nn.Linear)
         separate_projections=True,
         # LlamaRMSNorm.forward: hidden_states.to(float32) * rsqrt(variance + eps), then weight * (...).to(dtype)

@@ -15,7 +15,9 @@ from frenzy_core.errors import SpecError, from_validation_error
 
 Precision = Literal["amp", "bf16-master", "fp32"]
 Optimizer = Literal["adamw", "adamw-fused", "sgd"]
-Recompute = Literal["none", "selective", "full"]
+# none; selective (Megatron: the attention core); full (every layer keeps only its input); op-sac (PyTorch per-op
+# selective AC as torchtitan's selective_ac_option="op": matmul and attention outputs kept, the rest recomputed)
+Recompute = Literal["none", "selective", "full", "op-sac"]
 Attention = Literal["eager", "flash"]
 # The training stack whose memory recipe applies (frenzy_core.recipes); "unknown": the band over all of them.
 Framework = Literal["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"]
@@ -73,7 +75,7 @@ class TrainingSpec(BaseModel):
     optimizer: Optimizer = "adamw"  # adamw (foreach), adamw-fused, sgd (momentum)
     zero_stage: int = 0  # 0: none; 1: optimizer states; 2: + gradients; 3: + parameters, sharded over d
     distributed_optimizer: bool = False  # Megatron's: master weights + Adam states sharded over d (like ZeRO-1)
-    recompute: Recompute = "none"  # activation recomputation: none, selective (attention core), full (per layer)
+    recompute: Recompute = "none"  # activation recomputation: none, selective (attention core), full, op-sac
     sequence_parallel: bool = False  # Megatron SP: norms and dropouts split over t too (Korthikanti et al. 2022)
     attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
     dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
@@ -116,15 +118,17 @@ def make_training(**fields) -> TrainingSpec:
 
 @dataclass(frozen=True)
 class Parallelism:
-    """How one job is split: d data-parallel replicas x t tensor-parallel shards x p pipeline stages."""
+    """How one job is split: d data-parallel replicas x t tensor-parallel shards x p pipeline stages (x cp, vp)."""
 
     dp: int = 1  # d: replicas, each sees global_batch / d samples per step
     tp: int = 1  # t: tensor-parallel shards of each layer (kept inside one node)
     pp: int = 1  # p: pipeline stages, each holds num_layers / p layers
+    cp: int = 1  # context parallelism: each of cp GPUs holds seq_len / cp tokens of every sample (ring attention)
+    vp: int = 1  # interleaved 1F1B: each pipeline rank holds vp chunks of num_layers / (p vp) layers
 
     @property
     def num_gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
 
 def check_sequence(model, training: TrainingSpec) -> None:
@@ -145,13 +149,21 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
     4
     """
     check_sequence(model, training)
-    for field in ("dp", "tp", "pp"):
+    for field in ("dp", "tp", "pp", "cp", "vp"):
         if getattr(par, field) <= 0:
             raise SpecError(field, f"must be a positive integer, got {getattr(par, field)}")
     if model.num_heads % par.tp or model.kv_heads % par.tp:
         raise SpecError("tp", f"must divide num_heads ({model.num_heads}) and num_kv_heads ({model.kv_heads}), got {par.tp}")
     if model.num_layers % par.pp:
         raise SpecError("pp", f"must divide num_layers ({model.num_layers}), got {par.pp}")
+    if par.vp > 1 and (par.pp == 1 or model.num_layers % (par.pp * par.vp)):
+        raise SpecError(
+            "vp", f"interleaving needs pp > 1 and pp x vp dividing num_layers ({model.num_layers}), got pp={par.pp} vp={par.vp}"
+        )
+    if par.cp > 1 and training.seq_len % (2 * par.cp):
+        raise SpecError(
+            "cp", f"seq_len ({training.seq_len}) must be a multiple of 2 x cp = {2 * par.cp} (load-balanced chunks)"
+        )
     per_step = training.micro_batch * par.dp
     if training.global_batch % per_step:
         raise SpecError(

@@ -303,7 +303,7 @@ _SETUP = st.fixed_dictionaries({
     "framework": st.sampled_from(FRAMEWORKS),
     "precision": st.sampled_from(["amp", "bf16-master", "fp32"]),
     "attention": st.sampled_from(["eager", "flash"]),
-    "recompute": st.sampled_from(["none", "selective", "full"]),
+    "recompute": st.sampled_from(["none", "selective", "full", "op-sac"]),
     "dropout": st.sampled_from([0.0, 0.1]),
     "zero_stage": st.sampled_from([0, 1, 2, 3]),
     "optimizer": st.sampled_from(["adamw", "adamw-fused", "sgd"]),
@@ -352,3 +352,52 @@ def test_memory_never_increases_with_data_or_tensor_parallelism(setup, b, rotary
 
     assert total(2, 1) <= total(1, 1) and total(4, 1) <= total(2, 1)  # fewer micro-batches, more sharding
     assert total(1, 2) <= total(1, 1)
+
+
+# --- interleaved pipeline, context parallelism, per-op selective AC -----------------------------------------------
+@pytest.mark.parametrize("p, vp", [(2, 2), (4, 3), (4, 2), (8, 4)])
+def test_interleaved_first_stage_holds_megatrons_penalty_of_layers(p, vp):
+    # megatron/training/theoretical_memory_usage.py: the first rank holds activations of
+    # num_layers x (1 + (p - 1) / (p vp)) layers when m >= p (interleaved_schedule_memory_penalty)
+    from frenzy_core.memory import in_flight_layers
+
+    layers = 48
+    assert float(in_flight_layers(layers, p, vp, 64, 0)) == pytest.approx(layers * (1 + (p - 1) / (p * vp)))
+    assert float(in_flight_layers(layers, p, 1, 64, 0)) == layers  # plain 1F1B: p micro-batches of l / p layers
+
+
+def test_context_parallel_splits_tokens_and_shards_the_optimizer_over_dp_x_cp():
+    # Megatron distributed optimizer over d x cp = 4 ranks: 12 B/param of master + Adam / 4; bf16 weights whole.
+    model, P = ZOO["llama-3.1-8b"], ZOO["llama-3.1-8b"].parameter_count()
+    training = TrainingSpec(seq_len=8192, global_batch=2, micro_batch=1, framework="megatron",
+                            distributed_optimizer=True)
+    one = predict_memory(model, training, Parallelism(dp=2), overhead=NO_OVERHEAD)
+    two = predict_memory(model, training, Parallelism(dp=2, cp=2), overhead=NO_OVERHEAD)
+    assert two.optimizer_bytes == round(P * 12 / 4) and two.weights_bytes == P * 2
+    # per-token terms (activations, logits) halve with half the tokens; the rope table is per sequence
+    assert two.logits_bytes * 2 == one.logits_bytes
+    rope = 2 * 8192 * 128 * 2
+    assert (two.activations_bytes - rope) * 2 == pytest.approx(one.activations_bytes - rope, rel=1e-9)
+
+
+def test_op_sac_keeps_every_other_matmul_and_the_attention_output():
+    # torchtitan selective_ac_option="op", Llama-3.1-8B bf16 (h 4,096, kv 1,024, ffn 14,336, 32 heads): the block
+    # input (2h) + wq (2 x 4,096) + wv (2 x 1,024) + w1 (2 x 14,336) + w2 (2h) + SDPA output (2 x 4,096) and fp32
+    # log-sum-exp (4 x 32) = 63,616 bytes per token per layer.
+    from frenzy_core.memory import op_sac_layer_activations
+    from frenzy_core.recipes import get_recipe
+
+    training = TrainingSpec(precision="amp", framework="fsdp2", recompute="op-sac")
+    sac = op_sac_layer_activations(ZOO["llama-3.1-8b"], training, get_recipe("fsdp2"))
+    assert sac.replicated + sac.split == 2 * 4096 + 2 * 4096 + 2 * 1024 + 2 * 14336 + 2 * 4096 + 2 * 4096 + 4 * 32
+    assert sac.replicated + sac.split == 63_616
+
+
+def test_bad_cp_and_vp_name_their_field():
+    training = TrainingSpec(seq_len=1000, global_batch=8)
+    with pytest.raises(SpecError) as err:
+        predict_memory(ZOO["llama-3.1-8b"], training, Parallelism(cp=16))
+    assert err.value.field == "cp"
+    with pytest.raises(SpecError) as err:
+        predict_memory(ZOO["llama-3.1-8b"], TrainingSpec(), Parallelism(pp=4, vp=3))
+    assert err.value.field == "vp"
