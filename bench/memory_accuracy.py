@@ -1,7 +1,17 @@
-"""How close are the memory predictions to a real training step? Traced peaks vs the detailed and paper methods.
+"""How close are the memory predictions to a real training step? Each framework recipe against its own truth.
 
     python bench/memory_accuracy.py            # read the cached traces (bench/data/memory_traced.json)
     python bench/memory_accuracy.py --retrace  # re-run every trace (needs torch; a minute or two on 2 CPU cores)
+
+Three truths, one per kind of recipe (frenzy_core.recipes), each reported on its own:
+* `pytorch` vs frenzy_core.tracer (below): our own decoder traced; target: within 0.5% (median and worst).
+* `megatron` and `fsdp2` vs tests/data/real_gpu_peaks.jsonl: peaks the frameworks' authors measured on real GPUs
+  (Megatron-LM CI `mem-max-allocated-bytes` on the last rank = last stage's allocated bytes; torchtitan's
+  `max_reserved` = reserved bytes), split by the fixture's own held-out rule into calibration and held-out rows,
+  reported separately. Rows whose `features` include something no recipe models (FEATURES_NOT_MODELLED, fixed by
+  mechanism, not by error) are reported apart. Targets: median |err| <= 5%, no under-prediction worse than -10%.
+* `hf` vs tests/data/hf_traces.jsonl: fake-tensor traces of the real transformers models; targets: median
+  |err| <= 3%, worst under >= -5%.
 
 The traces come from frenzy_core.tracer: two real training steps per configuration under fake tensors, live storages
 counted in 512-byte blocks, i.e. what torch.cuda.max_memory_allocated() would report on one GPU. The tracer cannot
@@ -20,13 +30,33 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from frenzy_core.errors import SpecError  # noqa: E402
 from frenzy_core.memory import NO_OVERHEAD, predict_memory  # noqa: E402
 from frenzy_core.models import ZOO, ModelSpec  # noqa: E402
-from frenzy_core.training import TrainingSpec  # noqa: E402
+from frenzy_core.training import Parallelism, TrainingSpec  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "data" / "memory_traced.json"
+REAL_GPU_FIXTURE = REPO / "tests" / "data" / "real_gpu_peaks.jsonl"
+HF_FIXTURE = REPO / "tests" / "data" / "hf_traces.jsonl"
 TARGET_MEDIAN_ABS_ERR = 0.03
 TARGET_WORST_UNDER = -0.05
+TARGET_PYTORCH_ABS_ERR = 0.005  # pytorch recipe vs our tracer
+TARGET_REAL_MEDIAN_ABS_ERR, TARGET_REAL_WORST_UNDER = 0.05, -0.10  # megatron / fsdp2 vs real GPUs
+TARGET_HF_MEDIAN_ABS_ERR, TARGET_HF_WORST_UNDER = 0.03, -0.05  # hf vs the transformers traces
+# Run features whose memory effect no recipe models yet (a row with one is reported apart, whatever its error):
+FEATURES_NOT_MODELLED = (
+    "float8",  # fp8 linears / fp8 all-gather (torchao, TE): other saved dtypes
+    "torch.compile",  # Inductor fuses elementwise ops: other saved tensors
+    "loss-parallel", "async-tp",  # torchtitan TP loss / async TP buffers
+    "cross-entropy-loss-fusion",  # Megatron fused_cross_entropy.py: another saved set
+    "defer-embedding-wgrad-compute", "wgrad-deferral-limit",  # keeps the head's inputs for deferred wgrads
+    "microbatch-group-size-per-virtual-pipeline-stage",  # another interleaved warm-up count
+    "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "uneven-pipeline-split",
+    "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
+    "num-distributed-optimizer-instances",  # replicated distributed-optimizer instances
+    "force-recompute-fp8-weight-in-bwd",
+)
 
 # A Llama-3-style model scaled down (GQA 16:4, SwiGLU, RMSNorm, RoPE, untied head) so b=8, s=2048 stays quick.
 LLAMA_MINI = ModelSpec(
@@ -147,10 +177,101 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
+def _errors(rows: list[dict]) -> dict:
+    if not rows:
+        return {"rows": 0}
+    errs = [r["err"] for r in rows]
+    return {
+        "rows": len(rows),
+        "median_abs_err": round(statistics.median(abs(e) for e in errs), 5),
+        "worst_under": round(min(errs), 5),
+        "worst_over": round(max(errs), 5),
+    }
+
+
+def _row_specs(row: dict) -> tuple[ModelSpec, TrainingSpec, Parallelism]:
+    par = row.get("parallel") or {"dp": row.get("dp", 1), "tp": row.get("tp", 1), "pp": row.get("pp", 1)}
+    split = Parallelism(dp=par["dp"], tp=par["tp"], pp=par["pp"], cp=par.get("cp") or 1, vp=par.get("vp") or 1)
+    return ModelSpec(**row["model_spec"]), TrainingSpec(**row["training"]), split
+
+
+def predicted_as_measured(row: dict) -> int:
+    """The prediction of the number the row measured: last-stage allocated, reserved, or nvidia-smi total."""
+    model, training, par = _row_specs(row)
+    got = predict_memory(model, training, par)
+    kind = row["measured_kind"]
+    if kind == "max_memory_allocated":
+        last_rank = "last" in row.get("measured_rank", "last")
+        return got.per_stage_allocated_bytes[-1] if last_rank else got.allocated_bytes
+    if kind == "max_memory_reserved":
+        return got.reserved_bytes
+    return got.total_bytes
+
+
+def compare_real_gpu(rows: list[dict]) -> list[dict]:
+    """Signed errors of each row's own framework recipe; rows no spec can express get `skipped` instead."""
+    out = []
+    for row in rows:
+        unmodelled = [f for f in row.get("features", []) if any(f.startswith(k) for k in FEATURES_NOT_MODELLED)]
+        entry = {"id": row["id"], "framework": row["framework"], "split": row["split"], "unmodelled": unmodelled,
+                 "measured": row["measured_bytes"], "kind": row["measured_kind"]}
+        try:
+            entry["predicted"] = predicted_as_measured(row)
+        except (SpecError, ValueError) as err:  # e.g. an uneven pipeline split: not expressible yet
+            entry["skipped"] = str(err).splitlines()[0][:120]
+            out.append(entry)
+            continue
+        entry["err"] = entry["predicted"] / row["measured_bytes"] - 1
+        out.append(entry)
+    return out
+
+
+def compare_hf(rows: list[dict]) -> list[dict]:
+    """The hf recipe against fake-tensor traces of the transformers models (allocated, no overhead)."""
+    out = []
+    for row in rows:
+        model, training = ModelSpec(**row["model_spec"]), TrainingSpec(**row["training"])
+        got = predict_memory(model, training, overhead=NO_OVERHEAD)
+        out.append({"id": row["id"], "framework": "hf", "split": row["split"], "measured": row["peak_bytes"],
+                    "predicted": got.allocated_bytes, "err": got.allocated_bytes / row["peak_bytes"] - 1,
+                    "unmodelled": []})
+    return out
+
+
+def framework_summary(rows: list[dict]) -> dict:
+    """{framework: {split: stats on rows with modelled features, split + "_all": stats on every predicted row}}."""
+    result: dict = {}
+    for r in rows:
+        if "err" not in r:
+            continue
+        fw = result.setdefault(r["framework"], {})
+        fw.setdefault(r["split"], []).append(r) if not r["unmodelled"] else None
+        fw.setdefault(r["split"] + "_all", []).append(r)
+    return {fw: {k: _errors(v) for k, v in sorted(splits.items())} for fw, splits in sorted(result.items())}
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _print_rows(title: str, rows: list[dict]) -> None:
+    print(f"\n{title}")
+    print(f"{'row':78s} {'split':11s} {'measured GiB':>12s} {'predicted':>9s} {'err':>7s}  note")
+    for r in rows:
+        note = r.get("skipped", "") or (("not modelled: " + ", ".join(r["unmodelled"])) if r["unmodelled"] else "")
+        if "err" in r:
+            print(f"{r['id'][:78]:78s} {r['split']:11s} {r['measured'] / 2**30:12.2f} {r['predicted'] / 2**30:9.2f} "
+                  f"{r['err']:+7.2%}  {note}")
+        else:
+            print(f"{r['id'][:78]:78s} {r['split']:11s} {r['measured'] / 2**30:12.2f} {'-':>9s} {'-':>7s}  {note}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retrace", action="store_true", help="re-run the traces (needs torch) and rewrite the fixture")
     parser.add_argument("--fixture", type=Path, default=FIXTURE, help=f"cached traces (default {FIXTURE})")
+    parser.add_argument("--real-gpu", type=Path, default=REAL_GPU_FIXTURE, help="real-GPU peaks (JSONL)")
+    parser.add_argument("--hf", type=Path, default=HF_FIXTURE, help="transformers fake-tensor traces (JSONL)")
     args = parser.parse_args(argv)
     if args.retrace or not args.fixture.exists():
         fixture = retrace(args.fixture)
@@ -168,10 +289,32 @@ def main(argv: list[str] | None = None) -> int:
         )
     result = summary(rows)
     print(
-        f"detailed: median |err| {result['detailed_median_abs_err']:.2%}, worst under {result['detailed_worst_under']:+.2%}"
-        f" (targets <= {TARGET_MEDIAN_ABS_ERR:.0%}, >= {TARGET_WORST_UNDER:+.0%}); "
+        f"pytorch recipe (detailed) vs our tracer: median |err| {result['detailed_median_abs_err']:.2%}, worst |err| "
+        f"{result['detailed_worst_abs_err']:.2%} (target <= {TARGET_PYTORCH_ABS_ERR:.1%}); "
         f"paper: median |err| {result['paper_median_abs_err']:.1%}, worst |err| {result['paper_worst_abs_err']:.1%}"
     )
+    real = compare_real_gpu(_read_jsonl(args.real_gpu))
+    hf = compare_hf(_read_jsonl(args.hf))
+    if real:
+        _print_rows(f"real GPUs ({args.real_gpu.name}): own framework recipe, default overheads", real)
+    else:
+        print(f"\nreal-GPU fixture {args.real_gpu} not found: no megatron / fsdp2 figures")
+    if hf:
+        _print_rows(f"transformers traces ({args.hf.name}): hf recipe, allocated, no overhead", hf)
+    else:
+        print(f"\nHF trace fixture {args.hf} not found: no hf figures")
+    frameworks = {"pytorch": {"tracer": {"rows": result["configs"], "median_abs_err": result["detailed_median_abs_err"],
+                                         "worst_under": result["detailed_worst_under"],
+                                         "worst_over": round(max(r["detailed_err"] for r in rows), 5)}},
+                  **framework_summary(real + hf)}
+    print("\nper framework (rows with modelled features; *_all: every predicted row)")
+    for fw, splits in frameworks.items():
+        for split, st in splits.items():
+            if st["rows"]:
+                print(f"  {fw:9s} {split:17s} rows {st['rows']:3d}  median |err| {st['median_abs_err']:6.2%}  "
+                      f"worst under {st['worst_under']:+7.2%}  worst over {st['worst_over']:+7.2%}")
+    result["frameworks"] = frameworks
+    result["real_gpu_skipped"] = sum(1 for r in real if "skipped" in r)
     print(json.dumps(result))
     return 0
 
