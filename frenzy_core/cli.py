@@ -48,6 +48,7 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
         p.add_argument("--pp", type=int, default=1, help="pipeline stages")
         p.add_argument("--cp", type=int, default=1, help="context-parallel ranks (sequence split, ring attention)")
         p.add_argument("--vp", type=int, default=1, help="virtual pipeline chunks per rank (interleaved 1F1B)")
+        p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks (MoE experts split over them)")
 
 
 def _model(args):
@@ -109,7 +110,7 @@ def cmd_memory(args) -> int:
     from frenzy_core.training import Parallelism
 
     model = _model(args)
-    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp)
+    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp, ep=args.ep)
     training = _training(args, dp=args.dp)
     mem = predict_memory(model, training, par, method=args.method)
     band = None

@@ -172,7 +172,7 @@ def predict_memory(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
-    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp)
+    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp, par.ep)
     values = {k: int(v) for k, v in parts.items()}
     phase_name = "static+activations" if method == "paper" else _PHASES[int(phase)]
     if method == "paper":
@@ -225,6 +225,7 @@ def predict_memory_totals(
     overhead: OverheadSpec = DEFAULT_OVERHEAD,
     cp=1,
     vp=1,
+    ep=1,
 ) -> np.ndarray:
     """Vectorised `predict_memory(...).total_bytes` over broadcast int arrays dp, tp, pp, micro_batch (int64 bytes).
 
@@ -242,12 +243,12 @@ def predict_memory_totals(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return np.max(
             [
-                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp)
+                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp, ep)
                 for spec in _known_frameworks(training)
             ],
             axis=0,
         )
-    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp)
+    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp, ep)
     return parts["total"]
 
 
@@ -304,12 +305,12 @@ def check_sizes(model: ModelSpec, training: TrainingSpec, micro_batch: int | Non
             )
 
 
-def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1):
+def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1, ep=1):
     """Components (int64 arrays, rounded one by one so they sum to the total), GPU-report totals, peak phase index."""
     if method == "paper":
         parts, phase = _paper(model, training, dp, tp), np.zeros(np.shape(dp), dtype=np.int64)
     else:
-        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp)
+        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp, ep=ep)
     rounded = {k: np.rint(parts[k]).astype(np.int64) for k in _COMPONENTS}
     tensors = sum(rounded.values())
     allocated, reserved, total = _gpu_reports(overhead, dp * tp * pp * cp, tensors, method)
@@ -334,7 +335,7 @@ def _stage_allocated(model, training, par, stages, overhead):
     peaks = []
     split = (np.int64(par.dp), np.int64(par.tp), np.int64(par.pp), np.int64(training.micro_batch))
     for stage in stages:
-        parts, _ = _detailed(model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp)
+        parts, _ = _detailed(model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp, ep=par.ep)
         peaks.append(sum(int(np.rint(parts[k])) for k in _COMPONENTS) + overhead.workspace_bytes)
     return peaks
 
@@ -374,6 +375,7 @@ class _LayerActivations:
     replicated: float
     split: float
     scores: float  # multiplied by the sequence length s
+    routed: float = 0.0  # MoE: copies of routed tokens, gathered over the tp group by the dispatcher: never / t
 
 
 def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None) -> _LayerActivations:
@@ -439,10 +441,15 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
     if model.is_moe:
         inner, experts_per_token = model.expert_ffn, model.moe_top_k
         router_probs = FP32_BYTES * model.num_experts  # fp32 router softmax (Megatron / HF Mixtral)
-        dispatched_input = act * h  # each routed copy of the token's input, kept by the expert's first linear
+        # each routed copy of the token's input, kept by the expert's first linear, and the expert's output, kept by
+        # the multiplication with its routing probability (Megatron moe_utils.unpermute with probs, HF Mixtral's
+        # `expert_layer(x) * routing_weights`); the dispatcher gathers the tp group's tokens first
+        # (MoEAllGatherTokenDispatcher / alltoall over tp x ep), so t does not divide them
+        dispatched_input = act * h
+        expert_output = act * h
     else:
         inner, experts_per_token = ffn, 1
-        router_probs = dispatched_input = 0
+        router_probs = dispatched_input = expert_output = 0
     if model.mlp_kind == "swiglu":
         if recipe.separate_projections and autocast_inputs:
             fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
@@ -459,11 +466,14 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
         gelu_output = act * inner  # fc2 input (K.: 8sbh)
         mlp_inner = fc1_output + gelu_output
-    mlp_split = experts_per_token * (mlp_inner + (dispatched_input if model.is_moe else 0)) + router_probs
+    mlp_split = experts_per_token * mlp_inner + router_probs
+    routed = experts_per_token * (dispatched_input + expert_output)
 
     replicated = attn_norm_input + attn_norm_stats + qkv_input + proj_dropout_mask
     replicated += mlp_norm_input + mlp_norm_stats + fc1_input + mlp_dropout_mask
-    return _LayerActivations(replicated=replicated, split=attention_split + mlp_split, scores=attention_scores)
+    return _LayerActivations(
+        replicated=replicated, split=attention_split + mlp_split, scores=attention_scores, routed=routed
+    )
 
 
 def model_state_bytes(
@@ -485,17 +495,19 @@ def model_state_bytes(
     return weights, gradients, optimizer
 
 
-def _stage_parameters(model: ModelSpec, t, p, stage):
-    """(parameters, autocast-castable parameters) on pipeline stage `stage` of p, split by t.
+def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
+    """(dense parameters, expert parameters, autocast-castable parameters) on pipeline stage `stage` of p.
 
     Megatron splits each layer's linears and the (vocab-parallel) embedding and LM head by t; norms and learned
     positions are replicated. The first stage holds the embedding, the last the final norm and the LM head; with
     tied embeddings and p > 1 the last stage keeps its own copy of the word embedding (Megatron
     `setup_embeddings_and_output_layer`). Biases of row-parallel linears are replicated in Megatron; counting them
-    split by t is off by h per layer (negligible).
+    split by t is off by h per layer (negligible). MoE experts are split over ep x t (Megatron's expert parallelism,
+    expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router by t.
     """
     h, V, num_layers = model.hidden_size, model.vocab_size, model.num_layers
-    layer_split = model.attention_parameters() + model.mlp_parameters()
+    experts = model.mlp_parameters() - h * model.num_experts if model.is_moe else 0  # without the router
+    layer_split = model.attention_parameters() + model.mlp_parameters() - experts
     layer_replicated = 2 * model.norm_parameters()
     word_embedding = V * h
     positions = model.embedding_parameters() - word_embedding
@@ -506,15 +518,16 @@ def _stage_parameters(model: ModelSpec, t, p, stage):
     own_head = np.where(model.tie_embeddings & single, 0.0, word_embedding / t)
     params = layers + np.where(first, word_embedding / t + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
     # autocast casts the linears and the LM head's weight (tied: the embedding matrix, used by F.linear)
-    castable = (num_layers / p) * layer_split / t + np.where(last, word_embedding / t, 0.0)
-    return params, castable
+    expert_params = (num_layers / p) * experts / (ep * t)
+    castable = (num_layers / p) * layer_split / t + expert_params + np.where(last, word_embedding / t, 0.0)
+    return params, expert_params, castable
 
 
-def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1):
+def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1):
     """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
     recipe = get_recipe(training.framework)
     ps = recipe.precision_setup(training.precision)
-    d, t, p, b, c, v = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp))
+    d, t, p, b, c, v, e = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp, ep))
     s, V, h = training.seq_len, model.vocab_size, model.hidden_size
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
@@ -531,7 +544,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
 
     # -- activations per micro-batch --
     layer = layer_activations(model, training, recipe)
-    layer_bytes = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t)
+    layer_bytes = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
     full_recompute = training.recompute in ("full", "op-sac")  # layers recomputed in backward, one at a time
     if training.recompute == "full":
         # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the layer
@@ -571,13 +584,18 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         last = stage == p - 1
         in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
         layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage)
-        params, castable = _stage_parameters(model, t, p, stage)
+        params, expert_params, castable = _stage_parameters(model, t, p, stage, e)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
         acts = acts + np.where(last, head_activations, 0)
         logits = np.where(last, np.maximum(loss_buffers, head_grad), 0.0)
 
-        weights, grads, optimizer = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
-        updated_params = params / shard if shard_optimizer >= 1 else params  # the params this GPU's optimizer updates
+        # experts' states shard over the expert-data-parallel group: dp x cp / ep ranks (parallel_state
+        # get_expert_data_parallel_group)
+        dense_states = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
+        expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, shard / e)
+        weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
+        # the params this GPU's optimizer updates
+        updated_params = params / shard + expert_params / (shard / e) if shard_optimizer >= 1 else params + expert_params
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
         optimizer_step = {
             "weights": weights,
@@ -593,7 +611,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e
         )
         # DeepSpeed's contiguous gradient bucket, allocated in backward() (stage_1_and_2.py / stage3.py)
         buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
@@ -632,7 +650,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
     return ps.compute_copy_bytes if recipe.autocast else 0
 
 
-def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute):
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep=1):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -645,12 +663,14 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
-    layer_castable = (model.attention_parameters() + model.mlp_parameters()) / t
+    experts = model.mlp_parameters() - model.hidden_size * model.num_experts if model.is_moe else 0
+    layer_castable = (model.attention_parameters() + model.mlp_parameters() - experts) / t + experts / (ep * t)
     if zero < 3:
         at_backward_start = (head if full_recompute else castable) * copy_bytes
         return at_backward_start, layer_castable * copy_bytes
-    stage_layer_weights = (model.num_layers / p) * model.layer_parameters() / t
-    gathered = np.minimum(recipe.zero3_gathered_layers * model.layer_parameters() / t, stage_layer_weights)
+    layer_weights = layer_castable + 2 * model.norm_parameters()
+    stage_layer_weights = (model.num_layers / p) * layer_weights
+    gathered = np.minimum(recipe.zero3_gathered_layers * layer_weights, stage_layer_weights)
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered

@@ -125,6 +125,7 @@ class Parallelism:
     pp: int = 1  # p: pipeline stages, each holds num_layers / p layers
     cp: int = 1  # context parallelism: each of cp GPUs holds seq_len / cp tokens of every sample (ring attention)
     vp: int = 1  # interleaved 1F1B: each pipeline rank holds vp chunks of num_layers / (p vp) layers
+    ep: int = 1  # expert parallelism (MoE): each GPU holds num_experts / ep experts; carved out of dp x cp
 
     @property
     def num_gpus(self) -> int:
@@ -149,7 +150,7 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
     4
     """
     check_sequence(model, training)
-    for field in ("dp", "tp", "pp", "cp", "vp"):
+    for field in ("dp", "tp", "pp", "cp", "vp", "ep"):
         if getattr(par, field) <= 0:
             raise SpecError(field, f"must be a positive integer, got {getattr(par, field)}")
     if model.num_heads % par.tp or model.kv_heads % par.tp:
@@ -159,6 +160,12 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
     if par.vp > 1 and (par.pp == 1 or model.num_layers % (par.pp * par.vp)):
         raise SpecError(
             "vp", f"interleaving needs pp > 1 and pp x vp dividing num_layers ({model.num_layers}), got pp={par.pp} vp={par.vp}"
+        )
+    if par.ep > 1 and (not model.num_experts or model.num_experts % par.ep or (par.dp * par.cp) % par.ep):
+        raise SpecError(
+            "ep",
+            f"expert parallelism needs an MoE model with ep dividing num_experts ({model.num_experts}) and dp x cp "
+            f"({par.dp * par.cp}), got {par.ep}",
         )
     if par.cp > 1 and training.seq_len % (2 * par.cp):
         raise SpecError(

@@ -401,3 +401,36 @@ def test_bad_cp_and_vp_name_their_field():
     with pytest.raises(SpecError) as err:
         predict_memory(ZOO["llama-3.1-8b"], TrainingSpec(), Parallelism(pp=4, vp=3))
     assert err.value.field == "vp"
+
+
+# --- each framework against its own ground truth (tests/data fixtures; bench/memory_accuracy.py prints the table) --
+def _bench():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "memory_accuracy.py"
+    spec = importlib.util.spec_from_file_location("memory_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_megatron_recipe_meets_its_targets_on_real_gpu_peaks_held_out_included():
+    bench = _bench()
+    rows = bench._read_jsonl(bench.REAL_GPU_FIXTURE)
+    if not rows:
+        pytest.skip(f"{bench.REAL_GPU_FIXTURE} not in this checkout")
+    summary = bench.framework_summary(bench.compare_real_gpu(rows))["megatron"]
+    for split in ("calibration", "heldout"):  # dense rows whose features the recipe models
+        assert summary[split]["rows"] >= 10
+        assert summary[split]["median_abs_err"] <= bench.TARGET_REAL_MEDIAN_ABS_ERR
+        assert summary[split]["worst_under"] >= bench.TARGET_REAL_WORST_UNDER
+
+
+def test_hf_recipe_meets_its_targets_on_the_transformers_traces():
+    bench = _bench()
+    rows = bench._read_jsonl(bench.HF_FIXTURE)
+    if not rows:
+        pytest.skip(f"{bench.HF_FIXTURE} not in this checkout")
+    errs = [r["err"] for r in bench.compare_hf(rows)]
+    assert statistics.median(abs(e) for e in errs) <= bench.TARGET_HF_MEDIAN_ABS_ERR
+    assert min(errs) >= bench.TARGET_HF_WORST_UNDER

@@ -130,3 +130,26 @@ def test_unknown_framework_gives_the_band_of_all_recipes():
     ]
     assert low.total_bytes == min(r.total_bytes for r in each) < high.total_bytes == max(r.total_bytes for r in each)
     assert predict_memory(GPT2, training, Parallelism(dp=2), overhead=NO_OVERHEAD).total_bytes == high.total_bytes
+
+
+def test_expert_parallelism_splits_experts_and_shards_their_states_over_dp_over_ep():
+    # 8 experts of 2 x 512 x 2,048 + 2,048 + 512 = 2,099,712 params each, 12 layers, GELU, bf16-master, no ZeRO:
+    # with ep = 2 (dp = 4) each GPU holds 4 experts per layer: 12 x 4 x 2,099,712 = 100,786,176 expert params,
+    # 18 B each (2 bf16 + 4 main grad + 12 master/Adam, unsharded) = 1,814,151,168 bytes less than ep = 1 holds.
+    moe = MLM_GPT.model_copy(update={"num_experts": 8, "moe_top_k": 1})
+    training = _spec("megatron", global_batch=16, attention="flash")
+    one = predict_memory(moe, training, Parallelism(dp=4), overhead=NO_OVERHEAD)
+    two = predict_memory(moe, training, Parallelism(dp=4, ep=2), overhead=NO_OVERHEAD)
+    states = lambda r: r.weights_bytes + r.gradients_bytes + r.optimizer_bytes  # noqa: E731
+    assert states(one) - states(two) == 12 * 4 * 2_099_712 * 18 == 1_814_151_168
+    # the distributed optimizer shards expert states over dp / ep = 2 ranks, dense ones over dp = 4
+    dist = training.model_copy(update={"distributed_optimizer": True})
+    got = predict_memory(moe, dist, Parallelism(dp=4, ep=2), overhead=NO_OVERHEAD)
+    dense = moe.parameter_count() - 12 * 8 * 2_099_712
+    assert got.optimizer_bytes == round(dense * 12 / 4 + 12 * 4 * 2_099_712 * 12 / 2)
+
+
+def test_expert_parallelism_needs_an_moe_model():
+    with pytest.raises(SpecError) as err:
+        predict_memory(GPT2, _spec("megatron", global_batch=8), Parallelism(dp=2, ep=2))
+    assert err.value.field == "ep"
