@@ -1,24 +1,37 @@
-"""Measure the traced configurations on a real GPU: torch.cuda.max_memory_allocated() / max_memory_reserved().
+"""Measure the benchmarked configurations on a real GPU, per framework, next to what each recipe predicts.
 
-    python bench/measure_gpu.py artifacts/memory_gpu.json [--only gpt2] [--require-cuda]
+    python bench/measure_gpu.py artifacts/memory_gpu.json [--framework pytorch|fsdp2|hf|all] [--only gpt2]
+                                                        [--require-cuda]
 
-Runs the same model code and training steps as frenzy_core.tracer (bench/memory_accuracy.py's configurations) with
-real CUDA tensors, one configuration at a time, and writes one JSON file: per configuration the allocated and reserved
-peaks, the memory in use after the CUDA context came up (the context itself is not counted by the allocator), the
-tracer's fixture peak for comparison, or "oom". Never imported by the tests. Without CUDA it says so and exits 0 (so
-`make bench` passes on CPU machines); --require-cuda makes that exit status 2.
+One GPU, one configuration at a time, `torch.cuda.max_memory_allocated()` / `max_memory_reserved()` around two
+training steps (the peak of step 2 carries Adam's states), minus what was allocated before the run:
+* `pytorch`: frenzy_core.tracer's decoder with real CUDA tensors (bench/memory_accuracy.py's configurations).
+* `fsdp2`: the same decoder under `torch.distributed.fsdp.fully_shard` per block and on the root, with
+  `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)` as torchtitan sets it, fp32 params, foreach AdamW, a
+  one-process NCCL group (d = 1: what one GPU of an FSDP2 job holds without the sharding gain).
+* `hf`: the transformers models of tests/data/hf_traces.jsonl (frenzy_core.hf_tracer builds them), Trainer's loop
+  (`model(input_ids, labels=...).loss.backward()` under CUDA autocast for amp).
+Megatron-LM and DeepSpeed need their own launchers and several GPUs: their truth is the real-GPU fixture
+(tests/data/real_gpu_peaks.jsonl), not this script. Each row carries the recipe's prediction of the same number
+(allocated with workspaces, no context or NCCL) and the signed error. Never imported by the tests. Without CUDA it says
+so, prints a JSON line with `"measured": 0` and exits 0 (2 with --require-cuda). The last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+
+FRAMEWORKS = ("pytorch", "fsdp2", "hf")
+HF_MAX_PARAMETERS = 2_000_000_000  # larger traced HF models do not fit one GPU's step
 
 
 class _Phase:
@@ -27,18 +40,13 @@ class _Phase:
     phase = "setup"
 
 
-def measure(torch, cfg: dict) -> dict:
-    from frenzy_core import tracer
-
-    training = cfg["training"]
+def _peaks(torch, run) -> dict:
+    """Run `run()` between a reset and a read of the allocator's peaks (bytes above what was allocated before)."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base_allocated = torch.cuda.memory_allocated()
     try:
-        tracer._run_steps(
-            torch, _Phase(), cfg["model"], training, training.micro_batch,
-            training.global_batch // training.micro_batch, device="cuda",
-        )
+        run()
         torch.cuda.synchronize()
         return {
             "max_memory_allocated": torch.cuda.max_memory_allocated() - base_allocated,
@@ -50,10 +58,105 @@ def measure(torch, cfg: dict) -> dict:
         torch.cuda.empty_cache()
 
 
+def measure_pytorch(torch, cfg: dict) -> dict:
+    from frenzy_core import tracer
+
+    training = cfg["training"]
+    accumulation = training.global_batch // training.micro_batch
+    return _peaks(torch, lambda: tracer._run_steps(
+        torch, _Phase(), cfg["model"], training, training.micro_batch, accumulation, device="cuda"))
+
+
+def measure_fsdp2(torch, cfg: dict) -> dict:
+    """Two steps of the tracer's decoder under fully_shard + MixedPrecisionPolicy(bf16, fp32) on one GPU."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from frenzy_core import tracer
+
+    training, spec = cfg["training"], cfg["model"]
+
+    def run():
+        with torch.device("cuda"):
+            net = tracer._build_model(torch, spec, training, torch.float32)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for block in net.blocks:
+            fully_shard(block, mp_policy=policy)
+        fully_shard(net, mp_policy=policy)
+        optimizer = torch.optim.AdamW(net.parameters(), foreach=training.optimizer == "adamw",
+                                      fused=training.optimizer == "adamw-fused" or None)
+        b, s = training.micro_batch, training.seq_len
+        for _ in range(2):
+            for _ in range(training.global_batch // b):
+                tokens = torch.randint(0, spec.vocab_size, (b, s + 1), device="cuda")
+                net(tokens[:, :-1], tokens[:, 1:]).backward()
+                del tokens
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    return _peaks(torch, run)
+
+
+def measure_hf(torch, row: dict) -> dict:
+    from frenzy_core import hf_tracer  # merged from the `truth` branch; absent before that
+    from frenzy_core.training import TrainingSpec
+
+    training = TrainingSpec(**row["training"])
+    transformers = hf_tracer._import_transformers()
+
+    def run():
+        from frenzy_core import tracer
+
+        with torch.device("cuda"):
+            model = hf_tracer.build_hf_model(torch, transformers, row["hf_config"], training)
+        amp = training.precision == "amp"
+        optimizer = tracer._make_optimizer(torch, model, training, amp)
+        b, s = training.micro_batch, training.seq_len
+        for _ in range(2):
+            for _ in range(training.global_batch // b):
+                tokens = torch.randint(0, row["hf_config"]["vocab_size"], (b, s), device="cuda")
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                    loss = model(input_ids=tokens, labels=tokens).loss
+                loss.backward()
+                del loss, tokens
+            optimizer.step()
+            optimizer.zero_grad()
+
+    return _peaks(torch, run)
+
+
+def _jobs(frameworks: list[str], only: str) -> list[tuple[str, str, object]]:
+    """(framework, name, config-or-row) for every configuration to measure."""
+    from memory_accuracy import HF_FIXTURE, _read_jsonl, configs
+
+    jobs = []
+    for fw in frameworks:
+        if fw in ("pytorch", "fsdp2"):
+            jobs += [(fw, cfg["name"], cfg) for cfg in configs()
+                     if fw == "pytorch" or cfg["training"].precision == "amp"]
+        elif fw == "hf":
+            jobs += [("hf", row["id"], row) for row in _read_jsonl(HF_FIXTURE)
+                     if row.get("parameter_count", 0) <= HF_MAX_PARAMETERS]
+    return [j for j in jobs if only in j[1]]
+
+
+def _predicted_allocated(framework: str, job) -> int:
+    from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory
+    from frenzy_core.models import ModelSpec
+    from frenzy_core.training import TrainingSpec
+
+    if framework == "hf":
+        model, training = ModelSpec(**job["model_spec"]), TrainingSpec(**job["training"])
+    else:
+        model, training = job["model"], job["training"].model_copy(update={"framework": framework})
+    workspaces = OverheadSpec(0, 0, DEFAULT_OVERHEAD.workspace_bytes, 0.0)  # allocated: tensors + workspaces
+    return predict_memory(model, training, overhead=workspaces).allocated_bytes
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", nargs="?", type=Path, default=Path("artifacts/memory_gpu.json"),
                         help="where to write the JSON results (default artifacts/memory_gpu.json)")
+    parser.add_argument("--framework", default="all", choices=[*FRAMEWORKS, "all"], help="which recipe's stack")
     parser.add_argument("--only", default="", help="run only configurations whose name contains this text")
     parser.add_argument("--require-cuda", action="store_true", help="exit 2 instead of 0 when no CUDA device exists")
     args = parser.parse_args(argv)
@@ -61,23 +164,31 @@ def main(argv: list[str] | None = None) -> int:
         import torch
     except ImportError:
         print("measure_gpu: torch is not installed; nothing measured", file=sys.stderr)
+        print(json.dumps({"measured": 0, "reason": "torch not installed"}))
         return 2 if args.require_cuda else 0
     if not torch.cuda.is_available():
-        print(f"measure_gpu: no CUDA device (torch {torch.__version__}); nothing measured", file=sys.stderr)
+        print(f"measure_gpu: no CUDA device (torch {torch.__version__}); nothing measured. Run it on a GPU machine: "
+              f"python bench/measure_gpu.py artifacts/memory_gpu.json", file=sys.stderr)
+        print(json.dumps({"measured": 0, "reason": "no CUDA device"}))
         return 2 if args.require_cuda else 0
 
-    from memory_accuracy import FIXTURE, configs
-
-    traced = {}
-    if FIXTURE.exists():
-        traced = {e["name"]: e["peak_bytes"] for e in json.loads(FIXTURE.read_text())["configs"]}
+    frameworks = list(FRAMEWORKS) if args.framework == "all" else [args.framework]
+    if "fsdp2" in frameworks:  # a one-process NCCL group for fully_shard
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29517")
+        torch.distributed.init_process_group("nccl", rank=0, world_size=1)
+    measure = {"pytorch": measure_pytorch, "fsdp2": measure_fsdp2, "hf": measure_hf}
     torch.ones(1, device="cuda")  # bring the context up before measuring
     free, total = torch.cuda.mem_get_info()
     results = []
-    for cfg in configs():
-        if args.only not in cfg["name"]:
-            continue
-        row = {"name": cfg["name"], "traced_peak_bytes": traced.get(cfg["name"]), **measure(torch, cfg)}
+    for fw, name, job in _jobs(frameworks, args.only):
+        try:
+            row = {"framework": fw, "name": name, **measure[fw](torch, job)}
+        except ImportError as err:  # e.g. hf without frenzy_core.hf_tracer or transformers
+            row = {"framework": fw, "name": name, "skipped": str(err)}
+        if "max_memory_allocated" in row:
+            row["predicted_allocated"] = _predicted_allocated(fw, job)
+            row["err"] = round(row["predicted_allocated"] / row["max_memory_allocated"] - 1, 5)
         results.append(row)
         print(json.dumps(row), flush=True)
     out = {
@@ -90,6 +201,16 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.output}")
+    headline = {"measured": sum("err" in r for r in results), "device": out["device"],
+                "context_bytes": out["in_use_after_context_bytes"]}
+    for fw in frameworks:
+        errs = [r["err"] for r in results if r["framework"] == fw and "err" in r]
+        if errs:
+            headline[f"{fw}_median_abs_err"] = round(statistics.median(abs(e) for e in errs), 5)
+            headline[f"{fw}_worst_under"] = round(min(errs), 5)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    print(json.dumps(headline))
     return 0
 
 
