@@ -30,14 +30,19 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
         p.add_argument("--micro-batch", type=int, default=None,
                        help="fix every plan's micro-batch (default: the planner picks the fastest that fits)")
     p.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step (default micro x dp)")
-    p.add_argument("--precision", default="amp", choices=["amp", "bf16-master", "fp32"])
-    p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "sgd"])
+    p.add_argument("--precision", default="amp", choices=["amp", "bf16-master", "bf16", "fp32"],
+                   help="amp (fp32 params + autocast), bf16-master (Megatron), bf16 (pure: bf16 Adam states), fp32")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "adamw-8bit", "sgd"])
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (default 0)")
     p.add_argument("--distributed-optimizer", action="store_true", help="Megatron distributed optimizer")
     p.add_argument("--attention", default="flash", choices=["eager", "flash"])
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full", "op-sac"])
     p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--recompute-every", type=int, default=1, help="with full/op-sac: checkpoint every k-th layer")
+    p.add_argument("--loss-chunks", type=int, default=1, help="cross-entropy over k chunks of the logits")
+    p.add_argument("--offload", default="none", choices=["none", "optimizer", "params"],
+                   help="CPU offload: optimizer states + grads (ZeRO-Offload), or the parameters too")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
     p.add_argument("--framework", default="pytorch",
                    choices=["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"],
@@ -69,6 +74,7 @@ def _training(args, dp: int = 1):
         optimizer=args.optimizer, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
         attention=args.attention, dropout=args.dropout, recompute=args.recompute,
         sequence_parallel=args.sequence_parallel, framework=args.framework,
+        recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
     )
 
 

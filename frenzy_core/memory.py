@@ -26,10 +26,8 @@ from pydantic import ValidationError
 
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ModelSpec
-from frenzy_core.recipes import FRAMEWORKS, Recipe, get_recipe
+from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, get_recipe
 from frenzy_core.training import (
-    OPTIMIZER_STATE_BYTES,
-    OPTIMIZER_TRANSIENT_BYTES,
     UNKNOWN_FRAMEWORK,
     Parallelism,
     PrecisionSetup,
@@ -539,8 +537,8 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     sp_divisor = t if training.sequence_parallel else 1.0  # sequence parallelism splits the replicated terms too
     zero = effective_zero_stage(training)
     shard_optimizer = 1 if (training.distributed_optimizer and zero == 0) else zero  # Megatron's = ZeRO-1
-    opt_state = OPTIMIZER_STATE_BYTES[training.optimizer]
-    opt_temp = OPTIMIZER_TRANSIENT_BYTES[training.optimizer]
+    opt_state, opt_temp = training.optimizer_bytes(ps)
+    offload = training.offload
 
     # -- activations per micro-batch --
     layer = layer_activations(model, training, recipe)
@@ -555,6 +553,10 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         kept_layer = tokens * (sac.replicated / sp_divisor + sac.split / t)
     else:
         kept_layer = layer_bytes
+    if full_recompute and training.recompute_every > 1:
+        # only every k-th layer is checkpointed (torchtitan ac_freq, apply_ac); the others keep their full set
+        k = training.recompute_every
+        kept_layer = kept_layer / k + layer_bytes * (1 - 1 / k)
     token_ids = tokens * INDEX_BYTES  # the micro-batch's int64 token ids, kept by the embedding's backward
     embedding_dropout_mask = tokens * MASK_BYTES * h / sp_divisor if training.dropout > 0 else 0.0
     per_micro_batch_fixed = token_ids + embedding_dropout_mask
@@ -570,7 +572,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     head_activations = final_norm_input + head_input + target_ids
 
     # -- loss / LM-head buffers at the start of backward (last stage) --
-    loss_buffers = tokens * V / t * recipe.loss_bytes_per_logit
+    loss_buffers = tokens * V / t * loss_bytes_per_logit(recipe, training.loss_chunks)
     head_grad_params = V * h / t
     head_grad = head_grad_params * HEAD_GRAD_COMPUTE_BYTES  # bf16 weight gradient from the head's matmul ...
     if ps.param_bytes != HEAD_GRAD_COMPUTE_BYTES:
@@ -594,6 +596,12 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         dense_states = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
         expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, shard / e)
         weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
+        if offload != "none":  # ZeRO-Offload: master, Adam states, gradients and the step itself live on the CPU
+            grads, optimizer, opt_step_temp = 0.0 * grads, 0.0 * optimizer, 0.0
+        else:
+            opt_step_temp = opt_temp
+        if offload == "params":  # ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only gathered layers are on the GPU
+            weights = 0.0 * weights
         # the params this GPU's optimizer updates
         updated_params = params / shard + expert_params / (shard / e) if shard_optimizer >= 1 else params + expert_params
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
@@ -603,7 +611,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": 0.0 * acts,
             "logits": 0.0 * acts,
-            "transient": updated_params * opt_temp,  # foreach AdamW: one fp32 temporary per updated (fp32) param
+            "transient": updated_params * opt_step_temp,  # foreach AdamW: one temporary per updated param
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
@@ -674,6 +682,19 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered
+
+
+def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1) -> float:
+    """Loss bytes per logit element alive in its backward; with k chunks (torchtune CEWithChunkedOutputLoss) every
+    chunk's fp32 log-softmax stays saved (4 B) but only one chunk at a time holds the two fp32 gradients.
+
+    >>> loss_bytes_per_logit(get_recipe("pytorch")), loss_bytes_per_logit(get_recipe("pytorch"), 8)
+    (12.0, 5.0)
+    """
+    if chunks == 1 or recipe.loss_bytes_per_logit != TORCH_CROSS_ENTROPY_BYTES:
+        return float(recipe.loss_bytes_per_logit)
+    saved = FP32_BYTES  # each chunk's log-softmax output
+    return saved + (recipe.loss_bytes_per_logit - saved) / chunks
 
 
 def in_flight_layers(num_layers: int, p, vp, micro_batches, stage):

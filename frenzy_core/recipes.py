@@ -54,7 +54,7 @@ class Recipe:
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
         ps = PRECISIONS[precision]
-        if self.name == "fsdp2":
+        if self.name == "fsdp2" and precision != "bf16":
             # torch.distributed.fsdp fully_shard + MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the
             # sharded parameters stay fp32 (they are the optimizer's master), grads reduce-scatter to fp32, compute
             # runs on the all-gathered bf16 copy (torchtitan parallelize.py apply_fsdp).

@@ -13,8 +13,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error
 
-Precision = Literal["amp", "bf16-master", "fp32"]
-Optimizer = Literal["adamw", "adamw-fused", "sgd"]
+Precision = Literal["amp", "bf16-master", "bf16", "fp32"]
+Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd"]
+# Where the optimizer's states live: on the GPU; "optimizer": master weights, Adam states and gradients on the CPU
+# (ZeRO-Offload, arXiv 2101.06840 Sec. 4); "params": the parameters too (ZeRO-Infinity / FSDP2 CPUOffloadPolicy)
+Offload = Literal["none", "optimizer", "params"]
 # none; selective (Megatron: the attention core); full (every layer keeps only its input); op-sac (PyTorch per-op
 # selective AC as torchtitan's selective_ac_option="op": matmul and attention outputs kept, the rest recomputed)
 Recompute = Literal["none", "selective", "full", "op-sac"]
@@ -43,6 +46,7 @@ class PrecisionSetup:
     activation_bytes: int  # bytes per activation element for matmul outputs (2 for bf16/fp16, 4 for fp32)
     residual_bytes: int  # bytes per element of the residual stream (fp32 under amp: params are fp32)
     compute_dtype: str  # "bf16" or "fp32": which peak TFLOP/s the GPU delivers
+    state_element_bytes: int = 4  # bytes per optimizer-state element (fp32; 2 when the states are bf16 too)
 
     @property
     def model_state_bytes(self) -> int:
@@ -53,14 +57,20 @@ class PrecisionSetup:
 PRECISIONS: dict[str, PrecisionSetup] = {
     "amp": PrecisionSetup("amp", 4, 4, 0, 2, 2, 4, "bf16"),
     "bf16-master": PrecisionSetup("bf16-master", 2, 4, 4, 0, 2, 2, "bf16"),
+    # pure bf16: bf16 params, grads and Adam states, no master (torchtitan/torchtune dtype=bfloat16 training)
+    "bf16": PrecisionSetup("bf16", 2, 2, 0, 0, 2, 2, "bf16", state_element_bytes=2),
     "fp32": PrecisionSetup("fp32", 4, 4, 0, 0, 4, 4, "fp32"),
 }
 
 # Optimizer state bytes per parameter: AdamW keeps exp_avg and exp_avg_sq in fp32 (4 + 4); SGD with momentum 4.
-OPTIMIZER_STATE_BYTES: dict[str, int] = {"adamw": 8, "adamw-fused": 8, "sgd": 4}
+# bitsandbytes AdamW8bit (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state, block-wise): two uint8 states
+# plus one fp32 absmax per 256-element block each: 2 x (1 + 4 / 256) = 2.03125.
+BNB_BLOCK_ELEMENTS = 256
+OPTIMIZER_STATE_BYTES: dict[str, float] = {"adamw": 8, "adamw-fused": 8, "adamw-8bit": 2 * (1 + 4 / BNB_BLOCK_ELEMENTS),
+                                           "sgd": 4}
 # Transient bytes per parameter inside optimizer.step(): foreach AdamW materialises one fp32 temporary per param
-# (docs/memory.md, "The peak moves"); the fused kernel and SGD do not.
-OPTIMIZER_TRANSIENT_BYTES: dict[str, int] = {"adamw": 4, "adamw-fused": 0, "sgd": 0}
+# (docs/memory.md, "The peak moves"); the fused kernels (torch fused, bitsandbytes) and SGD do not.
+OPTIMIZER_TRANSIENT_BYTES: dict[str, int] = {"adamw": 4, "adamw-fused": 0, "adamw-8bit": 0, "sgd": 0}
 
 
 class TrainingSpec(BaseModel):
@@ -80,6 +90,9 @@ class TrainingSpec(BaseModel):
     attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
     dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
     framework: Framework = "pytorch"  # whose code runs the step: pytorch, hf, megatron, fsdp2, deepspeed, unknown
+    recompute_every: int = 1  # with recompute full / op-sac: checkpoint every k-th layer only (torchtitan ac_freq)
+    loss_chunks: int = 1  # cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)
+    offload: Offload = "none"  # CPU offload of optimizer states (+ grads), or of the parameters too
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -92,6 +105,13 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for field in ("recompute_every", "loss_chunks"):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
+        if self.offload == "params" and self.zero_stage != 3 and self.framework != "fsdp2":
+            raise ValueError("offload params gathers layers as ZeRO-3 does: use zero_stage 3 (or framework fsdp2)")
+        if self.framework == "megatron" and self.loss_chunks > 1:
+            raise ValueError("megatron's vocab-parallel loss is not chunked: use loss_chunks 1")
         if self.framework == "megatron" and self.precision == "amp":
             raise ValueError("megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32")
         if self.framework == "fsdp2" and self.zero_stage in (1, 2):
@@ -103,6 +123,12 @@ class TrainingSpec(BaseModel):
     @property
     def precision_setup(self) -> PrecisionSetup:
         return PRECISIONS[self.precision]
+
+    def optimizer_bytes(self, ps: PrecisionSetup | None = None) -> tuple[float, float]:
+        """(state bytes, step-temporary bytes) per parameter: fp32 figures scaled to the states' element size."""
+        ps = ps or self.precision_setup
+        scale = 1.0 if self.optimizer == "adamw-8bit" else ps.state_element_bytes / 4
+        return OPTIMIZER_STATE_BYTES[self.optimizer] * scale, OPTIMIZER_TRANSIENT_BYTES[self.optimizer] * scale
 
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len

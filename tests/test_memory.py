@@ -434,3 +434,55 @@ def test_hf_recipe_meets_its_targets_on_the_transformers_traces():
     errs = [r["err"] for r in bench.compare_hf(rows)]
     assert statistics.median(abs(e) for e in errs) <= bench.TARGET_HF_MEDIAN_ABS_ERR
     assert min(errs) >= bench.TARGET_HF_WORST_UNDER
+
+
+# --- what the stacks offer: pure bf16, 8-bit Adam, CPU offload, chunked loss, every-k-layer checkpoints -----------
+P_GPT2 = 124_439_808
+
+
+def test_pure_bf16_keeps_bf16_params_grads_and_adam_states():
+    # 2 param + 2 grad + 2 x 2 Adam (bf16) = 8 B/param; the foreach temporary is bf16 too (2 B)
+    training = TrainingSpec(seq_len=1024, global_batch=1, precision="bf16")
+    got = predict_memory(GPT2, training, overhead=NO_OVERHEAD)
+    assert (got.weights_bytes, got.optimizer_bytes) == (2 * P_GPT2, 4 * P_GPT2)
+    assert training.optimizer_bytes() == (4.0, 2.0)
+
+
+def test_8bit_adam_keeps_one_byte_states_with_a_block_absmax():
+    # bitsandbytes AdamW8bit: 2 uint8 states + an fp32 absmax per 256 elements each = 2.03125 B/param, + 4 B master
+    training = TrainingSpec(seq_len=1024, global_batch=1, precision="bf16-master", optimizer="adamw-8bit")
+    got = predict_memory(GPT2, training, overhead=NO_OVERHEAD)
+    assert got.optimizer_bytes == round(P_GPT2 * (4 + 2 * (1 + 4 / 256)))
+
+
+def test_cpu_offload_removes_states_gradients_and_then_parameters():
+    base = dict(seq_len=1024, global_batch=4, micro_batch=1, precision="bf16-master", zero_stage=3)
+    on_gpu = predict_memory(GPT2, TrainingSpec(**base), Parallelism(dp=4), overhead=NO_OVERHEAD)
+    opt = predict_memory(GPT2, TrainingSpec(**base, offload="optimizer"), Parallelism(dp=4), overhead=NO_OVERHEAD)
+    par = predict_memory(GPT2, TrainingSpec(**base, offload="params"), Parallelism(dp=4), overhead=NO_OVERHEAD)
+    assert on_gpu.optimizer_bytes > 0 and (opt.optimizer_bytes, opt.gradients_bytes) == (0, 0)
+    assert opt.weights_bytes == P_GPT2 * 2 // 4 and par.weights_bytes == 0
+    assert par.transient_bytes == opt.transient_bytes > 0  # the gathered layers stay on the GPU
+    from frenzy_core.training import make_training
+
+    with pytest.raises(SpecError):  # parameters on the CPU need ZeRO-3's gathering
+        make_training(**{**base, "zero_stage": 0}, offload="params")
+
+
+def test_chunked_cross_entropy_keeps_each_chunks_log_softmax_and_one_chunks_gradients():
+    # torchtune CEWithChunkedOutputLoss, 8 chunks: 4 B saved per logit + 8 B / 8 for the chunk in backward = 5 B
+    model = ModelSpec(name="mlm-ci", vocab_size=50304, hidden_size=512, num_layers=12, num_heads=8, max_positions=1024)
+    training = TrainingSpec(seq_len=1024, global_batch=4, micro_batch=4, precision="bf16-master", loss_chunks=8)
+    assert predict_memory(model, training, overhead=NO_OVERHEAD).logits_bytes == 4096 * 50304 * 5
+
+
+def test_checkpointing_every_second_layer_keeps_half_the_layers_whole():
+    model = ModelSpec(name="mlm-ci", vocab_size=50304, hidden_size=512, num_layers=12, num_heads=8, max_positions=1024)
+    base = dict(seq_len=1024, global_batch=4, micro_batch=4, precision="bf16-master", framework="megatron")
+    acts = {
+        (rc, k): predict_memory(model, TrainingSpec(**base, recompute=rc, recompute_every=k),
+                                overhead=NO_OVERHEAD).activations_bytes
+        for rc, k in (("none", 1), ("full", 1), ("full", 2))
+    }
+    # the loss phase is the peak in all three (the logits dominate): the layer terms average exactly
+    assert 2 * acts[("full", 2)] == pytest.approx(acts[("full", 1)] + acts[("none", 1)], abs=2)
