@@ -464,6 +464,18 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
         gelu_output = act * inner  # fc2 input (K.: 8sbh)
         mlp_inner = fc1_output + gelu_output
+    if training.lora_rank:
+        # Frozen linears save no input for a weight gradient (autograd saves mm's `self` only when the weight needs
+        # a gradient); a LoRA adapter's lora_A keeps its input and lora_B the r-wide x A (peft/tuners/lora/layer.py
+        # Linear.forward). Attention linears always carry adapters here; the MLP's only with all-linear.
+        r, mlp_targets = training.lora_rank, (3 if model.mlp_kind == "swiglu" else 2)
+        adapters = 4 + (mlp_targets if training.lora_targets == "all-linear" else 0)
+        if training.lora_targets == "attention":
+            fc1_input = 0  # the norm output: only fc1 / gate / up would keep it
+            second_input = act * inner  # fc2 / down input (GELU output or SwiGLU product), no longer saved
+            mlp_inner = mlp_inner - second_input
+        attention_split += act * r * 4
+        mlp_inner += act * r * (adapters - 4)
     mlp_split = experts_per_token * mlp_inner + router_probs
     routed = experts_per_token * (dispatched_input + expert_output)
 
@@ -577,6 +589,8 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     head_grad = head_grad_params * HEAD_GRAD_COMPUTE_BYTES  # bf16 weight gradient from the head's matmul ...
     if ps.param_bytes != HEAD_GRAD_COMPUTE_BYTES:
         head_grad = head_grad + head_grad_params * ps.param_bytes  # ... and its cast to the parameter dtype (AMP)
+    if training.lora_rank:  # a frozen LM head forms no weight gradient
+        head_grad = 0.0
     head_grad = head_grad + tokens * act * h / t  # the gradient w.r.t. the head's input
 
     if stages is None:  # the first and the last stage bound every stage (a middle one has fewer of both)
@@ -596,6 +610,12 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         dense_states = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
         expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, shard / e)
         weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
+        if training.lora_rank:  # only the adapters train; the frozen base keeps its weights
+            lora = model.num_layers / p * lora_parameters(model, training.lora_rank, training.lora_targets) / t
+            frozen = frozen_weight_bytes(model, ps, training.base_quant, params + expert_params, castable, last, t)
+            weights, grads, optimizer = model_state_bytes(lora, ps, opt_state, shard_optimizer, shard)
+            weights = weights + frozen / (shard if zero >= 3 else 1.0)
+            params, expert_params = lora, 0.0
         if offload != "none":  # ZeRO-Offload: master, Adam states, gradients and the step itself live on the CPU
             grads, optimizer, opt_step_temp = 0.0 * grads, 0.0 * optimizer, 0.0
         else:
@@ -621,6 +641,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         copies_at_loss, one_layer_copies = _compute_copies(
             model, recipe, ps, zero, t, p, castable, last, full_recompute, e
         )
+        if training.base_quant != "none":
+            # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
+            inner = model.expert_ffn if model.is_moe else model.ffn
+            copies_at_loss = max(h * model.q_dim, h * inner) / t * ps.activation_bytes
+            one_layer_copies = 0.0
         # DeepSpeed's contiguous gradient bucket, allocated in backward() (stage_1_and_2.py / stage3.py)
         buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
         backward_start = {
@@ -682,6 +707,35 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered
+
+
+def lora_parameters(model: ModelSpec, rank: int, targets: str) -> int:
+    """Adapter parameters of one layer: r x (in + out) per targeted linear (peft LoraLayer.update_layer: lora_A is
+    in x r, lora_B r x out).
+
+    >>> from frenzy_core.models import ZOO
+    >>> lora_parameters(ZOO["llama-3.1-8b"], 16, "attention")  # 16 x (8,192 + 5,120 + 5,120 + 8,192)
+    425984
+    """
+    h, q, kv, ffn = model.hidden_size, model.q_dim, model.kv_dim, model.ffn
+    shapes = [(h, q), (h, kv), (h, kv), (q, h)]
+    if targets == "all-linear":
+        shapes += [(h, ffn), (h, ffn), (ffn, h)] if model.mlp_kind == "swiglu" else [(h, ffn), (ffn, h)]
+    return rank * sum(i + o for i, o in shapes)
+
+
+# bitsandbytes 4-bit (functional.quantize_4bit, blocksize 64): 4 bits per weight + an fp32 absmax per 64; with
+# double quantisation (compress_statistics) the absmax is 8-bit with an fp32 absmax per 256 blocks
+NF4_BYTES = {"nf4": 0.5 + 4 / 64, "nf4-dq": 0.5 + 1 / 64 + 4 / (64 * 256)}
+
+
+def frozen_weight_bytes(model: ModelSpec, ps: PrecisionSetup, base_quant: str, params, castable, last, t):
+    """Bytes of the frozen base on a stage: linears as NF4 under QLoRA (lm_head stays in the param dtype,
+    transformers BitsAndBytesConfig llm_int8_skip_modules), everything else in the parameter dtype."""
+    if base_quant == "none":
+        return params * ps.param_bytes
+    linears = castable - np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
+    return (params - linears) * ps.param_bytes + linears * NF4_BYTES[base_quant]
 
 
 def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1) -> float:

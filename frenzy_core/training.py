@@ -18,6 +18,9 @@ Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd"]
 # Where the optimizer's states live: on the GPU; "optimizer": master weights, Adam states and gradients on the CPU
 # (ZeRO-Offload, arXiv 2101.06840 Sec. 4); "params": the parameters too (ZeRO-Infinity / FSDP2 CPUOffloadPolicy)
 Offload = Literal["none", "optimizer", "params"]
+LoraTargets = Literal["attention", "all-linear"]  # PEFT target_modules: q/k/v/o, or every linear of the blocks
+# The frozen base linears' storage: the parameter dtype, or bitsandbytes NF4 (QLoRA), with double quantisation (dq)
+BaseQuant = Literal["none", "nf4", "nf4-dq"]
 # none; selective (Megatron: the attention core); full (every layer keeps only its input); op-sac (PyTorch per-op
 # selective AC as torchtitan's selective_ac_option="op": matmul and attention outputs kept, the rest recomputed)
 Recompute = Literal["none", "selective", "full", "op-sac"]
@@ -93,6 +96,9 @@ class TrainingSpec(BaseModel):
     recompute_every: int = 1  # with recompute full / op-sac: checkpoint every k-th layer only (torchtitan ac_freq)
     loss_chunks: int = 1  # cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)
     offload: Offload = "none"  # CPU offload of optimizer states (+ grads), or of the parameters too
+    lora_rank: int = 0  # LoRA rank r (0: every parameter trains); the base model is frozen
+    lora_targets: LoraTargets = "all-linear"  # which linears carry LoRA adapters
+    base_quant: BaseQuant = "none"  # QLoRA: the frozen linears stored as NF4
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -105,6 +111,10 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.lora_rank < 0:
+            raise ValueError(f"lora_rank must be 0 (no LoRA) or a positive rank, got {self.lora_rank}")
+        if self.base_quant != "none" and not self.lora_rank:
+            raise ValueError("base_quant (QLoRA) freezes the base model: give a lora_rank > 0")
         for field in ("recompute_every", "loss_chunks"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")

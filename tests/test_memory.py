@@ -486,3 +486,29 @@ def test_checkpointing_every_second_layer_keeps_half_the_layers_whole():
     }
     # the loss phase is the peak in all three (the logits dominate): the layer terms average exactly
     assert 2 * acts[("full", 2)] == pytest.approx(acts[("full", 1)] + acts[("none", 1)], abs=2)
+
+
+def test_lora_trains_only_the_adapters_and_qlora_stores_the_linears_as_nf4():
+    # Llama-3.1-8B, bf16-master, r = 16 on every linear: per layer 16 x (8,192 + 2 x 5,120 + 8,192 + 3 x 18,432)
+    # = 1,310,720 adapter params, 32 layers = 41,943,040; each 2 (bf16) + 4 (main grad) + 12 (master + Adam) bytes.
+    model = ZOO["llama-3.1-8b"]
+    lora = 32 * 16 * (8192 + 2 * 5120 + 8192 + 3 * 18432)
+    assert lora == 41_943_040
+    base = dict(seq_len=2048, global_batch=1, precision="bf16-master", lora_rank=16)
+    got = predict_memory(model, TrainingSpec(**base), overhead=NO_OVERHEAD)
+    P = model.parameter_count()
+    assert got.weights_bytes == P * 2 + lora * 2
+    assert (got.gradients_bytes, got.optimizer_bytes) == (lora * 4, lora * 12)
+    # QLoRA (NF4 with double quantisation): the 32 layers' linears (32 x 218,103,808) at 0.5 + 1/64 + 4/16384 B,
+    # the embedding, head and norms in bf16
+    linears = 32 * (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336)
+    q = predict_memory(model, TrainingSpec(**base, base_quant="nf4-dq"), overhead=NO_OVERHEAD)
+    assert q.weights_bytes == round((P - linears) * 2 + linears * (0.5 + 1 / 64 + 4 / 16384) + lora * 2)
+    assert q.total_bytes < got.total_bytes
+
+
+def test_qlora_needs_a_lora_rank():
+    from frenzy_core.training import make_training
+
+    with pytest.raises(SpecError):
+        make_training(base_quant="nf4")
