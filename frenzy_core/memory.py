@@ -419,7 +419,10 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         qk_v_copies = 3 * act * q
         context_copy = act * q  # (b, a, s, d) -> (b, s, h) copy kept by the output projection (K.: 2sbh)
         attention_split = qk_v_copies + context_copy
-        if recipe.fused_softmax:
+        gpt2_bf16_softmax = (
+            recipe.gpt2_softmax_in_input_dtype and model.position_kind == "learned" and not autocast_inputs
+        )
+        if recipe.fused_softmax or gpt2_bf16_softmax:
             # megatron/core/fusions/fused_softmax.py FusedScaleMaskSoftmax.forward_fused_softmax: bf16 probs, saved
             # by the kernel's backward and (without dropout) by the PV matmul: one tensor (K.: 2as^2b)
             softmax_probs = act * a

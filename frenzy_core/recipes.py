@@ -46,6 +46,7 @@ class Recipe:
     separate_projections: bool  # q/k/v and gate/up are separate Linears: under autocast each casts its input
     unfused_rmsnorm: bool  # RMSNorm written as x * rsqrt(mean(x^2)) then * weight: saves an fp32 normalised copy
     unfused_gelu_tanh: bool  # GPT-2's gelu_new as a Python formula: pow, tanh, mul each save a tensor
+    gpt2_softmax_in_input_dtype: bool  # GPT-2 eager attention: softmax(dim=-1) without dtype: bf16 without autocast
     zero3_gathered_layers: int  # layers whose unsharded parameters exist at once under ZeRO-3 / FSDP
     grads_alive_at_peak: bool  # the (sharded) gradients of the previous step or micro-batch are counted at the peak
     reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
@@ -78,6 +79,7 @@ PYTORCH = Recipe(
     separate_projections=False,
     unfused_rmsnorm=False,
     unfused_gelu_tanh=False,
+    gpt2_softmax_in_input_dtype=False,
     zero3_gathered_layers=2,  # FSDP forward/backward prefetch: the layer computing and the next one
     grads_alive_at_peak=False,
     reduce_bucket_elements=0,
@@ -97,6 +99,9 @@ RECIPES: dict[str, Recipe] = {
         unfused_rmsnorm=True,
         # activations.py NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))
         unfused_gelu_tanh=True,
+        # modeling_gpt2.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1), then
+        # .type(value.dtype): fp32 + a bf16 copy under autocast, one bf16 tensor with bf16 params
+        gpt2_softmax_in_input_dtype=True,
     ),
     # megatron/core (transformer_impl=transformer_engine): bf16 params, fp32 main grads, vocab-parallel loss
     "megatron": replace(

@@ -153,3 +153,13 @@ def test_expert_parallelism_needs_an_moe_model():
     with pytest.raises(SpecError) as err:
         predict_memory(GPT2, _spec("megatron", global_batch=8), Parallelism(dp=2, ep=2))
     assert err.value.field == "ep"
+
+
+def test_hf_gpt2_eager_softmax_follows_the_input_dtype():
+    # modeling_gpt2.py eager_attention_forward: softmax(dim=-1) with no dtype, then .type(value.dtype). With bf16
+    # params (no autocast): bf16 probs (2) + mask (1) + dropout output (2) = 5 per score; under autocast CUDA runs
+    # softmax in fp32: 4 + 1 + 2 = 7, as the plain-PyTorch path.
+    a = GPT2.num_heads
+    eager = dict(attention="eager", dropout=0.1)
+    assert layer_activations(GPT2, _spec("hf", precision="bf16-master", **eager)).scores == 5 * a
+    assert layer_activations(GPT2, _spec("hf", precision="amp", **eager)).scores == 7 * a
