@@ -642,7 +642,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute, e
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage == 0
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
@@ -686,7 +686,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
     return ps.compute_copy_bytes if recipe.autocast else 0
 
 
-def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep=1):
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep=1, first=False):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -709,6 +709,9 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     gathered = np.minimum(recipe.zero3_gathered_layers * layer_weights, stage_layer_weights)
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
+    if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
+        embedding = model.vocab_size * model.hidden_size / t  # tied and p == 1: the head already counted it
+        head = head + np.where(first & (~last | (not model.tie_embeddings)), embedding, 0.0)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered
 
 

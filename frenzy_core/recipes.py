@@ -48,6 +48,7 @@ class Recipe:
     unfused_gelu_tanh: bool  # GPT-2's gelu_new as a Python formula: pow, tanh, mul each save a tensor
     gpt2_softmax_in_input_dtype: bool  # GPT-2 eager attention: softmax(dim=-1) without dtype: bf16 without autocast
     zero3_gathered_layers: int  # layers whose unsharded parameters exist at once under ZeRO-3 / FSDP
+    root_unit_unsharded: bool  # FSDP2's root unit (embedding, final norm, head) stays unsharded through backward
     grads_alive_at_peak: bool  # the (sharded) gradients of the previous step or micro-batch are counted at the peak
     reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
     max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
@@ -81,6 +82,7 @@ PYTORCH = Recipe(
     unfused_gelu_tanh=False,
     gpt2_softmax_in_input_dtype=False,
     zero3_gathered_layers=2,  # FSDP forward/backward prefetch: the layer computing and the next one
+    root_unit_unsharded=False,
     grads_alive_at_peak=False,
     reduce_bucket_elements=0,
     max_live_parameters=0,
@@ -124,6 +126,9 @@ RECIPES: dict[str, Recipe] = {
         residual_in_compute_dtype=True,
         # fully_shard: the block computing plus the one prefetched (FSDPParamGroup.pre_forward / pre_backward)
         zero3_gathered_layers=2,
+        # torchtitan apply_fsdp: fully_shard(model) last, so tok_embeddings, norm and output form the root unit, which
+        # FSDP2 does not reshard after forward (FSDPState._lazy_init: the root's post_forward_mesh_info is None)
+        root_unit_unsharded=True,
         # the reduce-scattered fp32 gradient shards accumulate into .grad through backward
         grads_alive_at_peak=True,
     ),

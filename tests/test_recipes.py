@@ -163,3 +163,14 @@ def test_hf_gpt2_eager_softmax_follows_the_input_dtype():
     eager = dict(attention="eager", dropout=0.1)
     assert layer_activations(GPT2, _spec("hf", precision="bf16-master", **eager)).scores == 5 * a
     assert layer_activations(GPT2, _spec("hf", precision="amp", **eager)).scores == 7 * a
+
+
+def test_fsdp2_root_unit_keeps_embedding_and_head_unsharded():
+    # torchtitan apply_fsdp: tok_embeddings + norm + output are the root unit, not resharded after forward.
+    # Llama-3.1-8B (untied), d = 8: gathered bf16 = two blocks (2 x 218,112,000) + head + embedding
+    # (2 x 128,256 x 4,096) = 1,486,897,152 params x 2 B.
+    block = LLAMA8.layer_parameters()
+    assert block == 218_112_000
+    training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1, precision="amp", framework="fsdp2")
+    got = predict_memory(LLAMA8, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert got.transient_bytes == (2 * block + 2 * 128_256 * 4096) * 2 == 2_973_794_304
