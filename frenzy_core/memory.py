@@ -44,6 +44,7 @@ METHODS = ("paper", "detailed")
 FP32_BYTES = 4  # fp32 statistics, log-softmax, loss gradients
 BF16_BYTES = 2
 MASK_BYTES = 1  # torch native_dropout keeps a bool mask: one byte per dropped-or-kept element
+FP8_BYTES = 1  # e4m3 / e5m2 elements (Transformer Engine fp8 linears)
 INDEX_BYTES = 8  # int64 token ids (the embedding and the loss keep them for backward)
 
 # --- the paper's constants (arXiv 2412.14479, Sec. IV-A) -----------------------------------------------------------
@@ -479,6 +480,14 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
             mlp_inner = mlp_inner - second_input
         attention_split += act * r * 4
         mlp_inner += act * r * (adapters - 4)
+    if training.fp8_linears:
+        # Transformer Engine fp8 (transformer_engine/pytorch/module/layernorm_linear.py, linear.py, _Linear.forward):
+        # the input each linear keeps for its weight gradient is its fp8 cast (1 B): the norm outputs of QKV and
+        # fc1, the fc2 / down input; the output projection keeps an fp8 copy beside the attention's bf16 output
+        qkv_input = FP8_BYTES * h
+        fc1_input = FP8_BYTES * h
+        mlp_inner = mlp_inner - (act - FP8_BYTES) * inner
+        attention_split += FP8_BYTES * q
     mlp_split = experts_per_token * mlp_inner + router_probs
     routed = experts_per_token * (dispatched_input + expert_output)
 
@@ -649,6 +658,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             inner = model.expert_ffn if model.is_moe else model.ffn
             copies_at_loss = max(h * model.q_dim, h * inner) / t * ps.activation_bytes
             one_layer_copies = 0.0
+        if training.fp8_linears:
+            # TE caches each linear weight's fp8 cast and its transpose across the micro-batches of a step
+            # (is_first_microbatch, Megatron passes it): 2 B per linear parameter on the stage
+            linears = castable - np.where(last, V * h / t, 0.0)
+            copies_at_loss = copies_at_loss + linears * 2 * FP8_BYTES
         # DeepSpeed's contiguous gradient bucket, allocated in backward() (stage_1_and_2.py / stage3.py)
         buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
         backward_start = {

@@ -99,6 +99,7 @@ class TrainingSpec(BaseModel):
     lora_rank: int = 0  # LoRA rank r (0: every parameter trains); the base model is frozen
     lora_targets: LoraTargets = "all-linear"  # which linears carry LoRA adapters
     base_quant: BaseQuant = "none"  # QLoRA: the frozen linears stored as NF4
+    fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -111,6 +112,8 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.fp8_linears and self.precision == "fp32":
+            raise ValueError("fp8 linears run inside a bf16 step: use precision amp, bf16-master or bf16")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be 0 (no LoRA) or a positive rank, got {self.lora_rank}")
         if self.base_quant != "none" and not self.lora_rank:

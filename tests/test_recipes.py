@@ -174,3 +174,16 @@ def test_fsdp2_root_unit_keeps_embedding_and_head_unsharded():
     training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1, precision="amp", framework="fsdp2")
     got = predict_memory(LLAMA8, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
     assert got.transient_bytes == (2 * block + 2 * 128_256 * 4096) * 2 == 2_973_794_304
+
+
+def test_fp8_linears_keep_one_byte_inputs_and_a_cached_fp8_weight_with_its_transpose():
+    # megatron, bf16, flash, GPT-style 12 x 512 (ffn 2,048): per token per layer the QKV and fc1 inputs drop from 2 h
+    # to 1 h (replicated: -2 x 512), the fc2 input from 2 x 2,048 to 1 x 2,048 and the output projection adds a
+    # 1 x 512 fp8 copy (split: -2,048 + 512); the step caches 2 B (fp8 weight + transpose) per linear parameter.
+    base, fp8 = (layer_activations(MLM_GPT, _spec("megatron", attention="flash", fp8_linears=f)) for f in (False, True))
+    assert base.replicated - fp8.replicated == 2 * 512
+    assert base.split - fp8.split == 2048 - 512
+    b0 = predict_memory(MLM_GPT, _spec("megatron", attention="flash"), overhead=NO_OVERHEAD)
+    b8 = predict_memory(MLM_GPT, _spec("megatron", attention="flash", fp8_linears=True), overhead=NO_OVERHEAD)
+    linears = 12 * (MLM_GPT.attention_parameters() + MLM_GPT.mlp_parameters())
+    assert b8.transient_bytes - b0.transient_bytes == 2 * linears
