@@ -23,7 +23,7 @@ LinkKind = Literal["nvlink", "pcie", "infinity-fabric"]
 class GPUType(BaseModel):
     """One kind of accelerator. Units are in the field names."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # NaN passes every `<= 0` check
 
     name: str  # catalog key, e.g. "A100-80GB"
     memory_gib: float  # nominal device memory (GiB)
