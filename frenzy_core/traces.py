@@ -183,7 +183,7 @@ class _bounded_rows:
         try:
             rec = next(self.reader)
         except csv.Error as err:
-            raise SpecError("trace", f"line {self.reader.line_num + 1}: not a readable CSV row "
+            raise SpecError("trace", f"line {self.reader.line_num}: not a readable CSV row "
                             f"({short_repr(str(err), 60)}); keep fields under {MAX_FIELD_CHARS:,} characters",
                             self.name) from None
         if any(len(cell) > MAX_FIELD_CHARS for cell in rec):
