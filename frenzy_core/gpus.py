@@ -20,10 +20,13 @@ GIB = 1 << 30
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric"]
 
 
+MAX_GPU_MEMORY_GIB = 1_048_576  # 1 PiB per GPU: 5,000x the largest today; keeps byte counts far inside int64
+
+
 class GPUType(BaseModel):
     """One kind of accelerator. Units are in the field names."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # NaN passes every `<= 0` check
 
     name: str  # catalog key, e.g. "A100-80GB"
     memory_gib: float  # nominal device memory (GiB)
@@ -41,6 +44,8 @@ class GPUType(BaseModel):
         for field in ("memory_gib", "bf16_tflops", "fp32_tflops", "memory_bandwidth_gbyte_s", "intra_link_gbyte_s"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
+        if self.memory_gib > MAX_GPU_MEMORY_GIB:
+            raise ValueError(f"memory_gib must be at most {MAX_GPU_MEMORY_GIB:,} (GiB per GPU), got {self.memory_gib}")
         if self.price_per_hour_usd < 0:
             raise ValueError(f"price_per_hour_usd must be >= 0, got {self.price_per_hour_usd}")
         if not 0 < self.mfu <= 1:
@@ -48,7 +53,7 @@ class GPUType(BaseModel):
         return self
 
     @property
-    def memory_bytes(self) -> int:
+    def memory_bytes(self) -> int:  # bounded by MAX_GPU_MEMORY_GIB: fits int64 with room
         return int(self.memory_gib * GIB)
 
     def peak_tflops(self, compute_dtype: str) -> float:
