@@ -19,8 +19,9 @@ Split, fixed before any fitting: a configuration (app, placement or (nodes, repl
 crc32 of its key is odd, so the same configuration is held out on every cluster and the cross-type ratios compare
 held-out rows only. Calibration rows only are used to fit, per GPU type on bert: the intra-node and network all-reduce
 efficiency (median of ring time at nominal bandwidth / measured sync_time, single-node resp. multi-node rows), then
-fp32 MFU and a fixed per-step overhead (non-negative least squares in relative error); on gpt_pmp: the RTX 2080 Ti's
-bf16/fp16 MFU (median of ratios). The catalog (frenzy_core/gpus.py) holds these fits, rounded; this script refits
+fp32 MFU and a fixed per-step overhead (non-negative least squares in relative error); on gpt_pmp's single-node rows:
+the RTX 2080 Ti's bf16/fp16 MFU (median of ratios); the T4's fp16 MFU = the 2080 Ti's achieved TFLOP/s x the median one-GPU speed
+ratio T4 / 2080 Ti of Sia's mixed-precision apps (imagenet, yolov3, deepspeech2). The catalog (frenzy_core/gpus.py) holds these fits, rounded; this script refits
 them and prints the largest difference. Errors |predicted / measured - 1| are reported on held-out rows with (a) the
 catalog values users get, (b) the datasheet catalog this replaced, (c) an MFU fitted per (app, GPU type) on the
 calibration rows (the old bench's headline). Prints tables; the LAST LINE is one JSON object.
@@ -200,11 +201,35 @@ def fit_catalog(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
         compute1, rest = predict_parts(one, probe)
         fit["fp32_mfu"], fit["step_overhead_s"] = fit_mfu_overhead(compute1, rest, one["measured_s"].to_numpy())
         fits[gpu] = fit
-    pmp = cal[(cal["app"] == "gpt_pmp") & (cal["gpu"] == "RTX-2080Ti")]
+    # One node only (d = 1, 8 stages): the compute-bound rows, as for bert's one-GPU fit.
+    pmp = cal[(cal["app"] == "gpt_pmp") & (cal["gpu"] == "RTX-2080Ti") & (cal["num_nodes"] == 1)]
     probe = {**CATALOG, "RTX-2080Ti": CATALOG["RTX-2080Ti"].model_copy(update=fits["RTX-2080Ti"])}
     compute1, rest = predict_parts(pmp, probe)
     fits["RTX-2080Ti"]["mfu"] = fit_mfu(compute1, rest, pmp["measured_s"].to_numpy())
+    # T4 tensor cores: no transformer in amp was profiled on aws. Both are Turing; transfer the 2080 Ti's achieved
+    # TFLOP/s by the measured speed ratio of the mixed-precision apps on one GPU (calibration rows, same local batch).
+    ratio = np.median(amp_step_ratios("rtx", "aws", train=True))
+    fits["T4"]["mfu"] = fits["RTX-2080Ti"]["mfu"] * CATALOG["RTX-2080Ti"].bf16_tflops * ratio / CATALOG["T4"].bf16_tflops
     return fits
+
+
+# Sia applications trained in mixed precision (the artifact's adaptdl/benchmark/models: imagenet and yolov3 use apex
+# amp, deepspeech2 apex FP16_Optimizer); bert, cifar10 and ncf run fp32.
+AMP_APPS = ("imagenet", "yolov3", "deepspeech2")
+
+
+def amp_step_ratios(fast: str, slow: str, *, train: bool) -> list[float]:
+    """step(fast cluster) / step(slow cluster) on one GPU at the same local batch, for AMP_APPS, one split."""
+    out = []
+    for app in AMP_APPS:
+        steps = {}
+        for cluster in (fast, slow):
+            pl = pd.read_csv(TRACES / app / f"placements-{cluster}.csv")
+            pl = pl[pl["placement"].astype(str) == "1"]
+            keep = [held_out(app, "1", b) != train for b in pl["local_bsz"]]
+            steps[cluster] = dict(zip(pl["local_bsz"][keep], pl["step_time"][keep], strict=True))
+        out += [steps[fast][b] / steps[slow][b] for b in sorted(set(steps[fast]) & set(steps[slow]))]
+    return out
 
 
 def datasheet_catalog() -> dict[str, GPUType]:
@@ -304,6 +329,15 @@ def main() -> dict:
         print(f"{app:8} {gpu:11} {n_all:5d} {len(g):5d} {g['err_catalog'].median():8.3f} "
               f"{g['err_datasheet'].median():9.3f} {g['err_fitted'].median():7.3f}")
 
+    span = np.where(held["dp"] * held["pp"] == 1, "1 GPU", np.where(held["num_nodes"] == 1, "one node", "multi-node"))
+    by_span = {}
+    print("\nHeld-out median error by span (which links the step uses):")
+    for (app, where), g in held.groupby([held["app"], span]):
+        by_span[f"{app}/{where}"] = {"catalog": _med(g["err_catalog"]), "datasheet": _med(g["err_datasheet"]),
+                                     "fitted_per_app_gpu": _med(g["err_fitted"]), "held_out_rows": len(g)}
+        print(f"  {app:8} {where:10} rows {len(g):4d}  catalog {g['err_catalog'].median():.3f}  "
+              f"datasheet {g['err_datasheet'].median():.3f}  fitted {g['err_fitted'].median():.3f}")
+
     ratios = {k: speed_ratios(rows, f"pred_{k}") for k in ("catalog", "datasheet")}
     print("\nHeld-out speed ratios (bert, same local batch), measured vs predicted:")
     ratio_summary = {}
@@ -319,6 +353,13 @@ def main() -> dict:
         print(f"  {name:20} measured {s['measured']}  catalog {s['catalog']}  datasheet {s['datasheet']}  "
               f"(local_bsz {s['local_bsz']})")
 
+    held_ratio = amp_step_ratios("rtx", "aws", train=False)
+    t4_ratio_pred = CATALOG["RTX-2080Ti"].achieved_tflops() / CATALOG["T4"].achieved_tflops()
+    print(f"\nMixed-precision apps, one GPU, held-out: 2080Ti/T4 speed measured median {1 / np.median(held_ratio):.2f} "
+          f"(n={len(held_ratio)}), catalog achieved-TFLOP/s ratio {t4_ratio_pred:.2f}")
+    ratio_summary["2080Ti/T4_amp_apps"] = {"measured_median": round(float(1 / np.median(held_ratio)), 2),
+                                           "catalog": round(float(t4_ratio_pred), 2), "rows": len(held_ratio)}
+
     work = sia_app_t4_hours()
     print("\nSia application work, T4-hours (derived from the CSVs vs traces.SIA_APP_GPU_HOURS):")
     for app, h in work.items():
@@ -332,6 +373,7 @@ def main() -> dict:
         "step_time_median_abs_err_heldout_by_app": {a: _med(g["err_catalog"]) for a, g in held.groupby("app")},
         "step_time_median_abs_err_heldout_by_gpu": {a: _med(g["err_catalog"]) for a, g in held.groupby("gpu")},
         "by_app_gpu": by_app_gpu,
+        "by_span": by_span,
         "speed_ratios_heldout": ratio_summary,
         "catalog_refit_max_rel_diff": float(np.max(list(drift.values()))),
         "sia_app_t4_hours": {a: round(h, 3) for a, h in work.items()},

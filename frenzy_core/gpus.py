@@ -6,6 +6,9 @@ Peak TFLOP/s are dense (no 2:4 sparsity) tensor-core figures for bf16, or fp16 o
 RTX 2080 Ti, P100), with fp32 accumulation where the vendor distinguishes (GeForce cards).
 Prices are typical on-demand US$ per GPU-hour in 2024-2025 from public price lists; they are planning defaults,
 meant to be overridden with the user's own rates.
+Next to these datasheet figures each type carries measured ones (`mfu`, `fp32_mfu`, `step_overhead_s`, link
+efficiencies), each with its source: published LLM training MFU for the modern types, Sia's profiles for the types
+Sia measured; "assumed, not measured" where neither exists (docs/perf.md, "Calibration").
 """
 
 from __future__ import annotations
@@ -88,6 +91,10 @@ _LAMBDA = "price: Lambda Cloud on-demand list, 2024"
 _FOUNDRY = "mosaicml/llm-foundry@c90b9b31 scripts/train/benchmarking/README.md"
 _SIA = "Sia SOSP'23 profiles (siasosp23/artifacts@aaf7a0de sia-simulator/traces), bench/step_time_calibration.py"
 _NOMINAL = "links nominal: the LLM MFU is end-to-end, its all-reduce included"
+_MEGATRON_V1 = ("nv-adlr/nv-adlr.github.io@1576088d _projects/megatron-lm-v1.md: GPT-2 1.2B on one V100 of a DGX-2H "
+                "'62.4 teraFLOPs ... 48% of the theoretical peak'")
+_TITAN = ("cross-check pytorch/torchtitan@eaea6f6a docs/performance.md: Llama 3.1 8B FSDP on 8 H100 (500 W) "
+          "'33% to 39% MFU'")
 
 _CATALOG_LIST = [
     GPUType(name="A100-40GB", memory_gib=40, bf16_tflops=312, fp32_tflops=156, memory_bandwidth_gbyte_s=1555,
@@ -105,7 +112,7 @@ _CATALOG_LIST = [
     GPUType(name="H100-80GB", memory_gib=80, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=3350,
             intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=2.99, mfu=0.464,
             source=f"{_NV_H100}; {_LAMBDA}",
-            mfu_source=f"{_FOUNDRY}: h100_80gb 7b seq 2048 8 GPUs MFU 46.44",
+            mfu_source=f"{_FOUNDRY}: h100_80gb 7b seq 2048 8 GPUs MFU 46.44; {_TITAN}",
             calibration_source=f"not measured: no overhead; {_NOMINAL}"),
     GPUType(name="H200-141GB", memory_gib=141, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=4800,
             intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=3.79, mfu=0.464,
@@ -128,28 +135,32 @@ _CATALOG_LIST = [
             intra_link="pcie", intra_link_gbyte_s=16, price_per_hour_usd=0.40, mfu=0.35,
             source="NVIDIA Ada AD102 whitepaper: 165 TF fp16/bf16 with fp32 accumulate, 1008 GB/s, no P2P; price: community clouds 2024"),
     GPUType(name="RTX-2080Ti", memory_gib=11, bf16_tflops=56.9, fp32_tflops=13.4, memory_bandwidth_gbyte_s=616,
-            intra_link="pcie", intra_link_gbyte_s=8, price_per_hour_usd=0.15, mfu=0.589,
+            intra_link="pcie", intra_link_gbyte_s=8, price_per_hour_usd=0.15, mfu=0.277,
             source="NVIDIA Turing TU102 whitepaper: 56.9 TF fp16 with fp32 accumulate (no bf16), 616 GB/s, PCIe Gen3; price: community clouds 2024",
             fp32_mfu=0.858, step_overhead_s=0.163, intra_link_efficiency=0.265, network_efficiency=0.298,
-            mfu_source=f"{_SIA}: rtx gpt_pmp fit (GPT-3 2.7B shape and amp assumed: the artifact does not name them)",
+            mfu_source=f"{_SIA}: rtx gpt_pmp single-node fit (GPT-3 2.7B shape and amp assumed: the artifact does not name them)",
             calibration_source=f"{_SIA}: rtx bert"),
     GPUType(name="V100-32GB", memory_gib=32, bf16_tflops=125, fp32_tflops=15.7, memory_bandwidth_gbyte_s=900,
-            intra_link="nvlink", intra_link_gbyte_s=150, price_per_hour_usd=0.80, mfu=0.40,
+            intra_link="nvlink", intra_link_gbyte_s=150, price_per_hour_usd=0.80, mfu=0.48,
             source="NVIDIA V100 SXM2 datasheet: 125 TF fp16 tensor (no bf16), 900 GB/s, NVLink2 300 GB/s bidirectional; price: public cloud lists 2024",
             fp32_mfu=0.839, step_overhead_s=0.107, intra_link_efficiency=0.0173, network_efficiency=0.174,
+            mfu_source=_MEGATRON_V1,
             calibration_source=f"{_SIA}: azure (ND40rs_v2) bert"),
     GPUType(name="V100-16GB", memory_gib=16, bf16_tflops=125, fp32_tflops=15.7, memory_bandwidth_gbyte_s=900,
-            intra_link="nvlink", intra_link_gbyte_s=150, price_per_hour_usd=0.70, mfu=0.40,
+            intra_link="nvlink", intra_link_gbyte_s=150, price_per_hour_usd=0.70, mfu=0.48,
             source="NVIDIA V100 SXM2 datasheet (16 GB part); price: public cloud lists 2024",
             fp32_mfu=0.839, step_overhead_s=0.107, intra_link_efficiency=0.0173, network_efficiency=0.174,
+            mfu_source=_MEGATRON_V1,
             calibration_source=f"{_SIA}: the V100-32GB fit (same GV100 chip)"),
     GPUType(name="P100-16GB", memory_gib=16, bf16_tflops=18.7, fp32_tflops=9.3, memory_bandwidth_gbyte_s=732,
             intra_link="pcie", intra_link_gbyte_s=16, price_per_hour_usd=0.45, mfu=0.35,
             source="NVIDIA P100 datasheet: 18.7 TF fp16 (no tensor cores), 732 GB/s; price: public cloud lists 2024"),
     GPUType(name="T4", memory_gib=16, bf16_tflops=65, fp32_tflops=8.1, memory_bandwidth_gbyte_s=320,
-            intra_link="pcie", intra_link_gbyte_s=8, price_per_hour_usd=0.35, mfu=0.30,
+            intra_link="pcie", intra_link_gbyte_s=8, price_per_hour_usd=0.35, mfu=0.148,
             source="NVIDIA T4 datasheet: 16 GB GDDR6, 320 GB/s, 65 TF fp16 tensor (no bf16), PCIe Gen3; price: GCP on-demand 2024",
             fp32_mfu=0.569, step_overhead_s=0.214, intra_link_efficiency=0.926, network_efficiency=0.128,
+            mfu_source=f"{_SIA}: the 2080 Ti's achieved fp16 TFLOP/s x the median one-GPU T4/2080 Ti speed of the amp apps"
+                       " (imagenet, yolov3, deepspeech2; both Turing)",
             calibration_source=f"{_SIA}: aws (g4dn.12xlarge) bert"),
 ]
 

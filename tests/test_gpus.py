@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from frenzy_core.errors import SpecError
@@ -45,8 +47,13 @@ def test_modern_types_cite_a_published_llm_mfu(name):
     gpu = CATALOG[name]
     assert "llm-foundry@c90b9b31" in gpu.mfu_source and "MFU" in gpu.mfu_source
     # the quoted percentage is the stored fraction, to the rounding
-    quoted = float(gpu.mfu_source.split("MFU ")[1].split()[0])
+    quoted = float(re.search(r"MFU (\d+\.\d+)", gpu.mfu_source).group(1))
     assert gpu.mfu == pytest.approx(quoted / 100, abs=6e-4)
+
+
+def test_v100_mfu_is_megatrons_published_fraction():
+    for name in ("V100-32GB", "V100-16GB"):
+        assert CATALOG[name].mfu == 0.48 and "48% of the theoretical peak" in CATALOG[name].mfu_source
 
 
 def test_every_type_says_where_its_mfu_comes_from():
