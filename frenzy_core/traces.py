@@ -398,19 +398,23 @@ def load_philly(source: Source, *, limit: int | None = None) -> Trace:
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 
-# Sia workloads give no run time: a job runs until its application's fixed amount of work is done. Sia's own
-# generator (siasosp23/artifacts sia-simulator/utils/generate_workload.py) picked each job's application from the
-# GPU-time of a sampled Philly/Helios job: < 1 GPU-h -> cifar10 (ncf in an older version), 1-10 GPU-h -> deepspeech2
-# or bert, 10-100 GPU-h -> yolov3, >= 100 GPU-h -> imagenet (after dropping jobs under 60 s or over 1000 GPU-h).
-# We invert that: each application gets the median GPU-time of the Philly jobs in its bucket (measured on
-# sia-sosp23/traces/philly.csv with the same filters), and duration_s = gpu_hours * 3600 / num_replicas.
+# Sia workloads give no run time: a job runs until its application's fixed amount of work is done. In Sia's simulator
+# (siasosp23/artifacts @ aaf7a0de, sia-simulator/applications.py, `Application` and `APPLICATIONS`) that work is the
+# statistical "progress" of `max_epochs` epochs, measured in iterations at the application's initial batch size
+# (`init_batch_size` = the smallest batch with a validation-*.csv curve; `target_metric` is None, so a job completes
+# at epoch `max_epochs - 1`). One application's GPU-hours are therefore
+#     iteration[max_epochs - 1] of validation-<init_batch_size>.csv  x  step_time of placement "1" at that local batch
+# (interpolated in local_bsz as Sia's `get_throughput` does) on one T4 of the aws cluster (g4dn.12xlarge), / 3600.
+# bench/step_time_calibration.py (`sia_app_t4_hours`) recomputes every row from the CSVs; tests/test_traces.py
+# recomputes cifar10 by hand. These replace the older Philly-median GPU-times (cifar10 0.217, 5x too little work).
+# A trace names no GPU type, so the simulator runs these hours on the cluster's reference type.
 SIA_APP_GPU_HOURS: dict[str, float] = {
-    "cifar10": 0.217,  # median of 55,508 Philly jobs with GPU-time < 1 h
-    "ncf": 0.217,  # same bucket as cifar10 in Sia's generator
-    "deepspeech2": 1.70,  # median of 13,807 jobs with 1-10 GPU-h
-    "bert": 1.70,  # half of the 1-10 GPU-h bucket is relabelled bert
-    "yolov3": 24.66,  # median of 3,575 jobs with 10-100 GPU-h
-    "imagenet": 236.9,  # median of 1,538 jobs with 100-1000 GPU-h
+    "cifar10": 1.119,  # batch 128, max_epochs 100: 39,062 iterations x 0.1031 s (local_bsz 91 0.0759 s, 129 0.1039 s)
+    "ncf": 0.401,  # batch 256, max_epochs 10: 194,174 iterations x 0.00743 s
+    "deepspeech2": 5.400,  # batch 20, max_epochs 80: 28,536 iterations x 0.6812 s
+    "bert": 3.782,  # batch 12, max_epochs 2: 14,774 iterations x 0.9215 s
+    "yolov3": 9.372,  # batch 8, max_epochs 50: 103,444 iterations x 0.3261 s
+    "imagenet": 147.9,  # batch 200, max_epochs 90: 576,525 iterations x 0.9235 s (200 = the T4's largest local_bsz)
 }
 
 
