@@ -271,13 +271,15 @@ def test_gpu_report_keys_nest_allocated_reserved_total():
 
 
 # --- safety: sizes int64 cannot hold are rejected, not wrapped ----------------------------------------------------
-HUGE = ModelSpec(name="huge", vocab_size=50257, hidden_size=1_048_576, num_layers=2_200_000, num_heads=8192,
-                 max_positions=1024)
+# Within every ModelSpec limit (frenzy_core/limits.py), yet 512 layers x 16,384 experts x 3 x (2^20)^2 = 2.8e19
+# parameters: x 16 bytes wraps int64 (9.2e18) into negative memory that "fits on one T4".
+HUGE = ModelSpec(name="huge", vocab_size=50257, hidden_size=1 << 20, num_layers=512, num_heads=8192, mlp_kind="swiglu",
+                 num_experts=16384, expert_ffn_size=1 << 20, position_kind="rotary", norm_kind="rmsnorm", bias=False,
+                 tie_embeddings=False, max_positions=4096)
 
 
 def test_a_model_too_large_for_int64_is_rejected_naming_parameters():
-    # 12 x (2^20)^2 x 2.2e6 = 2.9e19 parameters: x 16 bytes wraps int64 (9.2e18) into negative memory
-    assert HUGE.parameter_count() > 2.8e19
+    assert HUGE.parameter_count() > 2.7e19
     training = TrainingSpec(seq_len=1024, global_batch=8)
     with pytest.raises(SpecError) as err:
         predict_memory(HUGE, training)
@@ -287,7 +289,7 @@ def test_a_model_too_large_for_int64_is_rejected_naming_parameters():
 
 
 def test_a_batch_too_large_for_int64_is_rejected_naming_the_field():
-    training = TrainingSpec(seq_len=1 << 20, global_batch=1 << 30, micro_batch=1 << 30, attention="eager")
+    training = TrainingSpec(seq_len=1 << 20, global_batch=1 << 24, micro_batch=1 << 24, attention="eager")
     with pytest.raises(SpecError) as err:
         predict_memory(ZOO["llama-3.1-8b"], training)
     assert err.value.field in {"vocab_size", "hidden_size", "seq_len"}
