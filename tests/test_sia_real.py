@@ -154,3 +154,20 @@ def test_gavel_matches_the_real_gavel_within_20_percent(trace, reference_h):
     r = simulate_rounds(app_jobs(load_trace(SHARED / trace / "workload-1.csv", "sia")), SIA64, "gavel")
     assert r.completed == 160
     assert abs(r.metrics()["avg_jct_s"] / 3600 - reference_h) / reference_h < 0.20
+
+
+def test_cli_runs_the_sia_apps_job_model(tmp_path, capsys):
+    import json
+
+    from frenzy_core.cli import main
+
+    f = tmp_path / "w.csv"
+    f.write_text("name,time,application,num_replicas,batch_size\nbert-0,0,bert,4,96\nbert-1,30,bert,2,48\n")
+    args = ["simulate", "--trace", str(f), "--trace-format", "sia", "--cluster", str(ROOT / "sample_clusters" /
+            "sia-64.yaml"), "--policy", "gavel", "--job-model", "sia-apps", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["jobs"] == 2 and out["completed"] == 2 and out["avg_jct_s"] > 0
+    f.write_text("name,time,application,num_replicas,batch_size\nbert-0,0,bert,4,-96\n")
+    assert main(args) == 2
+    assert "batch_size" in capsys.readouterr().err
