@@ -215,6 +215,13 @@ class SiaRealPolicy(SiaPolicy):
     name = "sia-real"
     round_allocator = SiaRealRounds
 
+    def _restart_s(self, st) -> float:
+        """The simulator's restart cost for this job: SimOptions.restart (one RestartModel for every policy) where
+        it exists, else the flat restart_overhead_s."""
+        opts = self.ctx.options
+        model = getattr(opts, "restart", None)
+        return float(model.cost_s(st.job)) if model is not None else float(opts.restart_overhead_s)
+
     def utilities(self, view, jobs: list[int]) -> np.ndarray:
         """Gains lambda_n - round(G^p, 2) (0 where the job does not fit): maximising them is Sia's minimisation."""
         keys = [class_key(view.jobs[j].job) for j in jobs]
@@ -229,6 +236,6 @@ class SiaRealPolicy(SiaPolicy):
             cur = self._current_option(st) if st.state == "running" else None
             current.append(cur)
             age = view.now_s - st.job.arrival_s
-            factors.append(restart_factor(age, st.restarts, self.ctx.options.restart_overhead_s))
+            factors.append(restart_factor(age, st.restarts, self._restart_s(st)))
         gain = LAMBDA_N - sia_costs(g, current, factors)
         return np.where(fits & (gain > 0), gain, 0.0)
