@@ -33,6 +33,7 @@ from scipy.optimize import linprog
 from frenzy_core.models import ZOO
 from frenzy_core.packing import place
 from frenzy_core.policies.base import Decision, Policy, Preempt, Reject, SchedulerView, Start
+from frenzy_core.policies.sia_real import solve_stats
 from frenzy_core.sia_apps import EPS, SiaApp
 from frenzy_core.workload import scale_plan
 
@@ -204,8 +205,7 @@ class GavelRounds:
         return out
 
     def stats(self) -> dict[str, float]:
-        s = np.array(self.solve_s) if self.solve_s else np.zeros(1)
-        return {"lp_solves": float(len(self.solve_s)), "lp_solve_ms_mean": float(s.mean() * 1e3)}
+        return solve_stats("lp", self.solve_s)
 
 
 class GavelPolicy(Policy):
@@ -275,5 +275,4 @@ class GavelPolicy(Policy):
         return out
 
     def stats(self) -> dict[str, float]:
-        s = np.array(self.solve_s) if self.solve_s else np.zeros(1)
-        return {"lp_solves": float(len(self.solve_s)), "lp_solve_ms_mean": float(s.mean() * 1e3)}
+        return solve_stats("lp", self.solve_s)
