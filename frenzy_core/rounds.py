@@ -5,8 +5,9 @@ statistics and, under Sia, its batch size), so its completion time is not known 
 match (siasosp23/artifacts `sia-simulator/cluster.py` Cluster.step) is itself round-based. One round of
 `policy.round_s` seconds: every job trains for the round (`AppJobState.advance`: restart delay first, then epoch by
 epoch at its goodput), then the policy sees the jobs that have arrived and are not done and returns an allocation per
-job, (GPU type, node index of every GPU); a job whose allocation changed moves and pays its application's restart
-time (`sia_apps.RESTART_S`) when its placement shape or GPU type changed (Job.reallocate / Job.migrate).
+job, (GPU type, node index of every GPU). A first start, a resume after a suspension, and a move to another GPU type
+or placement shape each cost the application's restart time (`sia_apps.RESTART_S`) before training goes on
+(Job.reallocate / Job.migrate); the same GPUs on other nodes of the same shape cost nothing, as in the artifact.
 
 The run returns a `simulate.SimResult`, so every metric, table and page that reads one reads this too.
 """
