@@ -171,3 +171,11 @@ def test_cli_runs_the_sia_apps_job_model(tmp_path, capsys):
     f.write_text("name,time,application,num_replicas,batch_size\nbert-0,0,bert,4,-96\n")
     assert main(args) == 2
     assert "batch_size" in capsys.readouterr().err
+
+
+def test_sia_real_refuses_node_sizes_it_has_no_configurations_for():
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    odd = parse_cluster_yaml("name: odd\nnodes:\n  - {name: t, gpu_type: T4, num_gpus: 2, count: 3}\n")
+    with pytest.raises(SpecError, match="4 or 8 GPUs"):
+        simulate_rounds([AppJob("j", 0.0, "bert", 1, 12)], odd, "sia-real")

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from frenzy_core.errors import SpecError
 from frenzy_core.policies.base import class_key
 from frenzy_core.policies.sia import SiaPolicy
 
@@ -148,6 +149,10 @@ class SiaRealRounds:
 
     def __init__(self, layouts):
         self.layouts = tuple(layouts)
+        for lay in self.layouts:
+            if lay.gpus_per_node not in CONFIGS:
+                raise SpecError("cluster", f"Sia's configurations exist for nodes of 4 or 8 GPUs; {lay.gpu_type} nodes "
+                                           f"have {lay.gpus_per_node}")
         self.configs = [(t, lay.suffix, nn, ng) for t, lay in enumerate(self.layouts)
                         for nn, ng in CONFIGS[lay.gpus_per_node] if nn <= lay.num_nodes]
         self.prev: dict[int, int | None] = {}  # job -> configuration it was given last round
