@@ -239,6 +239,8 @@ def cmd_simulate(args) -> int:
     if args.limit_jobs:
         trace = trace.head(args.limit_jobs)
     cluster = load_cluster(args.cluster)
+    if args.job_model == "sia-apps":
+        return _simulate_sia_apps(args, trace, cluster)
     progress = None
     bar = None
     if not args.json and sys.stderr.isatty():
@@ -285,6 +287,29 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _simulate_sia_apps(args, trace, cluster) -> int:
+    """`frenzy simulate --job-model sia-apps`: one run of rounds.simulate_rounds (deterministic, no seeds)."""
+    from frenzy_core.rounds import app_jobs, simulate_rounds
+
+    sys.stdout.flush()  # HiGHS may write to file descriptor 1: keep stdout for our table or JSON only
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        summary = simulate_rounds(app_jobs(trace), cluster, args.policy).summary_dict()
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{trace.summary()}; cluster {cluster.name} ({cluster.total_gpus} GPUs); policy {args.policy}; "
+          f"job model sia-apps")
+    for key, value in summary.items():
+        print(f"  {key:34} {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="frenzy", description="Frenzy Planner: memory-aware LLM training planner")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -322,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--limit-jobs", type=int, default=0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--job-model", default="llm", choices=["llm", "sia-apps"],
+                   help="llm: trace jobs mapped to LLM training jobs (default); sia-apps: Sia's measured "
+                        "applications (needs --trace-format sia; round-based, deterministic, --seeds ignored)")
     p.set_defaults(func=cmd_simulate)
     return parser
 

@@ -55,6 +55,7 @@ class TraceJob:
     model: str | None = None  # zoo model name when the trace names one (native traces); else the mapping picks one
     tokens: int | None = None  # training tokens when the trace gives them (native traces), else None
     job_type: str | None = None  # the trace's own workload label (Sia application, Gavel job type), for provenance
+    batch_size: int | None = None  # the user's total batch when the trace gives it (Sia workloads), else None
 
 
 _TRACEJOB_FIELDS = tuple(TraceJob.__dataclass_fields__)
@@ -365,7 +366,7 @@ def _finish(checks: _Checks, fmt: str, *, limit: int | None, arrival: np.ndarray
     def column(name: str) -> list:
         if name not in df:
             return [None] * n
-        if name in ("gpu_type", "model", "tokens", "job_type"):
+        if name in ("gpu_type", "model", "tokens", "job_type", "batch_size"):
             return [None if v is None or v != v else v for v in df[name].tolist()]  # NaN -> None
         return df[name].tolist()
 
@@ -440,8 +441,13 @@ def load_sia(source: Source, *, limit: int | None = None, app_gpu_hours: Mapping
     c.duplicates(t.df["name"], "name")
     with np.errstate(invalid="ignore", divide="ignore"):
         duration = gpu_h * 3600.0 / gpus
+    extra = {"job_type": apps}
+    if "batch_size" in t.df:  # kept as given (None when not a positive whole number): only sia-apps needs it
+        bsz = pd.to_numeric(t.df["batch_size"], errors="coerce").to_numpy(dtype=float)
+        extra["batch_size"] = np.array([int(b) if np.isfinite(b) and b > 0 and b == round(b) else None for b in bsz],
+                                       dtype=object)
     return _finish(c, "sia", limit=limit, arrival=arrival, job_id=t.df["name"], num_gpus=_as_int(gpus),
-                   duration=duration, extra={"job_type": apps})
+                   duration=duration, extra=extra)
 
 
 HELIOS_COLUMNS = ("job_id", "user", "vc", "jobname", "gpu_num", "cpu_num", "node_num", "state", "submit_time",

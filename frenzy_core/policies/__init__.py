@@ -7,7 +7,9 @@ from frenzy_core.policies.fcfs import FcfsPolicy
 from frenzy_core.policies.frenzy import FrenzyPolicy
 from frenzy_core.policies.frenzy_eft import FrenzyEftPolicy
 from frenzy_core.policies.frenzy_share import FrenzySharePolicy
+from frenzy_core.policies.gavel import GavelPolicy
 from frenzy_core.policies.sia import SiaPolicy
+from frenzy_core.policies.sia_real import SiaRealPolicy
 
 REGISTRY: dict[str, type[Policy]] = {
     "frenzy": FrenzyPolicy,
@@ -15,6 +17,8 @@ REGISTRY: dict[str, type[Policy]] = {
     "frenzy-eft": FrenzyEftPolicy,
     "fcfs": FcfsPolicy,
     "sia": SiaPolicy,
+    "sia-real": SiaRealPolicy,
+    "gavel": GavelPolicy,
 }
 
 __all__ = ["REGISTRY", "Decision", "Policy", "PolicyContext", "Preempt", "Reject", "SchedulerView", "Start"]

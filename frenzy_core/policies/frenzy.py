@@ -18,6 +18,7 @@ from frenzy_core.models import ZOO
 from frenzy_core.packing import FreeGPUs, compile_plans
 from frenzy_core.plans import Plan
 from frenzy_core.policies.base import Decision, Policy, Reject, SchedulerView, Start
+from frenzy_core.policies.frenzy_apps import FrenzyAppsRounds
 from frenzy_core.workload import scale_plan
 
 _NONE = 1 << 60  # "no plan of this type": larger than any GPU count
@@ -27,6 +28,7 @@ class FrenzyPolicy(Policy):
     """The paper's Frenzy: HAS over MARP's plans ranked by `SimOptions.frenzy_objective`."""
 
     name = "frenzy"
+    round_allocator = FrenzyAppsRounds  # the same policy on the sia-apps job model
 
     def __init__(self, ctx):
         super().__init__(ctx)

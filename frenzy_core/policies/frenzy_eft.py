@@ -37,6 +37,7 @@ from math import inf
 
 from frenzy_core.packing import FreeGPUs
 from frenzy_core.policies.base import Decision, Reject, SchedulerView, Start
+from frenzy_core.policies.frenzy_apps import FrenzyEftAppsRounds
 from frenzy_core.policies.frenzy_share import FrenzySharePolicy
 from frenzy_core.workload import scale_plan
 
@@ -96,6 +97,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
     """frenzy-share's candidates, chosen by earliest predicted finish (see the module docstring)."""
 
     name = "frenzy-eft"
+    round_allocator = FrenzyEftAppsRounds  # the same policy on the sia-apps job model
     share_cap = True  # candidates capped at the fair share (frenzy-share); False = every plan ranked by time
     reserve = False  # EASY-style reservation of the GPUs the first waiting job per type waits for
 

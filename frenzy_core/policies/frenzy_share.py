@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from frenzy_core.policies.base import SchedulerView
 from frenzy_core.policies.frenzy import _NONE, FrenzyPolicy
+from frenzy_core.policies.frenzy_apps import FrenzyShareAppsRounds
 
 
 class FrenzySharePolicy(FrenzyPolicy):
     """HAS over plans ranked by time, skipping plans larger than the job's fair share (see the module docstring)."""
 
     name = "frenzy-share"
+    round_allocator = FrenzyShareAppsRounds  # the same policy on the sia-apps job model
 
     def __init__(self, ctx):
         super().__init__(ctx)
