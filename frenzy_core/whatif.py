@@ -132,7 +132,12 @@ def add_gpus(cluster: Cluster, gpu_type: str, count: int, gpus_per_node: int = D
         taken.add(name)
         new.append(Node(name=name, gpu_type=gpu_type, num_gpus=min(gpus_per_node, count - k * gpus_per_node),
                         network_gbit_s=network))
-    return cluster.model_copy(update={"nodes": cluster.nodes + tuple(new)})
+    # A new Cluster, not `cluster.model_copy(update=...)`: model_copy copies __dict__, and with it the input's cached
+    # `type_summary` (per-type GPU totals), so the copy would report today's GPU counts to the mapping and the
+    # policies. That made the GPU-mix page (which reads today's totals first) disagree with a direct simulation
+    # (issue 11: +24 A100-80GB 1.23 h on the page vs 1.87 h).
+    return Cluster(name=cluster.name, description=cluster.description, gpu_types=cluster.gpu_types,
+                   nodes=cluster.nodes + tuple(new))
 
 
 def cluster_cost_per_hour(cluster: Cluster) -> float:

@@ -140,3 +140,12 @@ def test_candidates_run_the_same_jobs_when_mapped_on_todays_cluster():
     a = simulate_seeds(trace, base, "fcfs", seeds=[0], workload_cluster=base).results[0].jobs_frame()
     b = simulate_seeds(trace, bigger, "fcfs", seeds=[0], workload_cluster=base).results[0].jobs_frame()
     assert list(a["tokens"]) == list(b["tokens"]) and list(a["model"]) == list(b["model"])
+
+
+def test_add_gpus_counts_the_new_gpus_even_after_todays_totals_were_read(tiny_cluster):
+    """Regression (issue 11, page 1.23 h vs core 1.87 h): the copy must not inherit the input's cached per-type
+    totals; the page reads today's totals (its caption) before it builds the candidates."""
+    assert tiny_cluster.gpus_by_type() == {"A100-80GB": 8, "T4": 2}  # fills the input's cache first
+    bigger = add_gpus(tiny_cluster, "A100-80GB", 24)
+    assert bigger.gpus_by_type() == {"A100-80GB": 32, "T4": 2}
+    assert bigger.type_summary["A100-80GB"].node_sizes == ((4, 2), (8, 3))
