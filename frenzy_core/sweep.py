@@ -124,7 +124,8 @@ class Grid:
 
 
 def run_one(grid: Grid, run: Run, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
-    """Simulate one run; its table row: the run's labels plus `ROW_KEYS` (floats; NaN where undefined)."""
+    """Simulate one run; its table row: the run's labels, `ROW_KEYS` (floats; NaN where undefined) and
+    `workload_fallbacks`."""
     trace = workload_trace(dict(grid.workloads)[run.workload], run.seed)
     cluster = dict(grid.candidates)[run.candidate]
     res = simulate_seeds(trace, cluster, run.policy, seeds=[run.seed], options=grid.options, progress=progress,
@@ -135,6 +136,7 @@ def run_one(grid: Grid, run: Run, progress: Callable[[float], None] | None = Non
     for k in ROW_KEYS:
         v = m[k]
         row[k] = int(v) if k in metrics.COUNT_KEYS or k == "restarts" else float(v)
+    row["workload_fallbacks"] = int(res.workload_fallbacks)  # jobs whose model did not fit and took a smaller one
     return row
 
 
