@@ -242,13 +242,13 @@ def _sweep_progress(args, what: str):
         return progress, bar.close
     if args.json:
         return None, lambda: None
-    last = [-1]
+    last = [0]
 
     def progress(done: float, total: int) -> None:
-        step = int(10 * done / max(total, 1))
-        if step != last[0]:
-            last[0] = step
-            print(f"{what}: {int(done)}/{total} runs", file=sys.stderr)
+        runs = int(done)
+        if runs > last[0] and (10 * runs // total > 10 * last[0] // total or runs == total):
+            print(f"{what}: {runs}/{total} runs", file=sys.stderr)
+        last[0] = max(last[0], runs)
 
     return progress, lambda: None
 
@@ -267,9 +267,7 @@ def _whatif_inputs(args):
         raise SpecError("trace", "give either --trace FILE or one or more --job MODEL:RUNS_PER_WEEK:GPUS:HOURS")
     base = load_cluster(args.cluster)
     if args.trace:
-        workload = load_trace(args.trace, args.trace_format)
-        if args.limit_jobs:
-            workload = workload.head(args.limit_jobs)
+        workload = load_trace(args.trace, args.trace_format, limit=args.limit_jobs or None)  # as the page's picker
         label = os.path.basename(args.trace)
     else:
         workload = WeeklyJobs(tuple(parse_weekly_job(j) for j in args.job), weeks=args.weeks)

@@ -236,12 +236,14 @@ def _run_pool(grid: Grid, runs: Sequence[Run], workers: int, progress: Progress 
             if progress is not None:
                 progress(done_count, len(runs))
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
         # shutdown() lets running tasks finish (a sia run can take a minute); stop them now. The executor keeps
-        # its worker processes in `_processes`; Python 3.14 has terminate_workers() for this.
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        # its worker processes in `_processes` (cleared by shutdown, so read first); Python 3.14 has
+        # terminate_workers() for this.
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
             proc.terminate()
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        for proc in procs:
             proc.join(timeout=5)
         raise
     pool.shutdown(wait=True)

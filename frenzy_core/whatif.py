@@ -423,6 +423,11 @@ def added_gpus(base: Cluster, cluster: Cluster) -> dict[str, int]:
     return {t: n - now.get(t, 0) for t, n in cluster.gpus_by_type().items() if n > now.get(t, 0)}
 
 
+def _constant(x: np.ndarray) -> bool:
+    """All seeds agree up to float rounding (a t-test on such samples only measures rounding noise)."""
+    return bool(np.ptp(x) <= 1e-9 * max(abs(float(x.mean())), 1.0))
+
+
 def compare(best: str, best_samples: Sequence[float], other: str, other_samples: Sequence[float],
             best_ci: tuple[float, float], other_ci: tuple[float, float]) -> Comparison:
     """Welch's t-test (unequal variances, `scipy.stats.ttest_ind(equal_var=False)`) and whether the CIs overlap.
@@ -435,8 +440,8 @@ def compare(best: str, best_samples: Sequence[float], other: str, other_samples:
     a, b = np.asarray(best_samples, dtype=float), np.asarray(other_samples, dtype=float)
     if a.size < 2 or b.size < 2:
         p = math.nan
-    elif a.std(ddof=1) == 0 and b.std(ddof=1) == 0:  # deterministic runs: any difference is real
-        p = 0.0 if a.mean() != b.mean() else 1.0
+    elif _constant(a) and _constant(b):  # deterministic runs (equal up to rounding): any difference is real
+        p = 0.0 if not math.isclose(a.mean(), b.mean(), rel_tol=1e-9) else 1.0
     else:
         p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     lo1, hi1 = best_ci
