@@ -195,7 +195,8 @@ def run_sweep(grid: Grid, backend: str = "local", workers: int | None = None, ad
     if address is not None and backend != "ray":
         raise SpecError("address", "only the ray backend connects to a cluster; add --backend ray")
     runs = grid.runs()
-    n_workers = workers or default_workers()
+    # A local pool leaves a core to the caller; a Ray cluster of our own gets every core (the driver only waits).
+    n_workers = workers or (os.cpu_count() or 1 if backend == "ray" else default_workers())
     t0 = time.perf_counter()
     if backend == "ray":
         rows = _run_ray(grid, runs, n_workers, address, progress)

@@ -301,8 +301,9 @@ def search_mixes(base: Cluster, gpu_types: Sequence[str], budget_per_hour: float
                  pricing: str = "rental", step: int = DEFAULT_GPUS_PER_NODE,
                  max_candidates: int = 8) -> list[dict[str, Any]]:
     """Candidate rows for the mixes of `gpu_types` (in whole `step`s, e.g. 8-GPU servers) that fit the budget and
-    leave no room for one more step of any type: adding GPUs never slows a job down, so only these can be the best
-    within the budget. Most expensive first (they use the most of the budget), at most `max_candidates`.
+    leave no room for one more step of any type (every other mix within budget has fewer GPUs of every type than one
+    of these). Most expensive first (they use the most of the budget), at most `max_candidates`. A greedy policy can
+    get slower with more GPUs, so a smaller purchase is worth typing in by hand too.
 
     >>> from frenzy_core.cluster import parse_cluster_yaml
     >>> c = parse_cluster_yaml("nodes: [{name: a, gpu_type: L40S, num_gpus: 8}]")

@@ -206,6 +206,7 @@ def test_ctrl_c_on_frenzy_sweep_exits_130_with_one_line_and_no_process_left(tmp_
     import signal
     import subprocess
     import sys
+    import threading
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
@@ -213,10 +214,17 @@ def test_ctrl_c_on_frenzy_sweep_exits_130_with_one_line_and_no_process_left(tmp_
          "--limit-jobs", "400", "--policies", "frenzy-eft,fcfs", "--add", "L40S:16", "--add", "H100-80GB:16",
          "--seeds", "20", "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    time.sleep(6)  # the pool is up and running
-    assert proc.poll() is None, proc.communicate()
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90
+    while not any("runs" in line for line in lines) and time.monotonic() < deadline:  # a run has finished: the
+        time.sleep(0.1)  # pool's workers are up and simulating
+    assert proc.poll() is None, "".join(lines)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(lines)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err, err
     deadline = time.monotonic() + 10  # the workers are stopped; the resource tracker's zombie is reaped by init
