@@ -253,6 +253,24 @@ def _sweep_progress(args, what: str):
     return progress, lambda: None
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+def _interruptible(args, command: str, what: str, call):
+    """`call(progress)` with a progress display and stdout sent to stderr; on Ctrl-C (the sweep has already stopped
+    its runs) one line on stderr and None."""
+    progress, close = _sweep_progress(args, what)
+    try:
+        with _StdoutToStderr():
+            out = call(progress)
+    except KeyboardInterrupt:
+        close()
+        print(f"frenzy {command}: interrupted; the runs left were cancelled", file=sys.stderr)
+        return None
+    close()
+    return out
+
+
 def _whatif_inputs(args):
     """Today's cluster, the candidates (today first) and the workload (label, Trace or WeeklyJobs) from the flags."""
     from frenzy_core.cluster import load_cluster
@@ -308,18 +326,12 @@ def cmd_whatif(args) -> int:
         rows += search_mixes(base, [t.strip() for t in args.search.split(",") if t.strip()], args.budget, costs,
                              args.pricing, step=args.step, max_candidates=args.max_candidates)
     candidates = build_candidates(base, rows)
-    progress, close = _sweep_progress(args, f"what-if on {base.name}")
-    try:
-        with _StdoutToStderr():
-            result = run_whatif(base, candidates, workload, workload_label=label, policy=args.policy,
-                                seeds=range(args.seeds), budget_per_hour=args.budget, pricing=args.pricing,
-                                costs=costs, backend=args.backend, workers=args.workers, address=args.address,
-                                progress=progress)
-    except KeyboardInterrupt:
-        close()
-        print("frenzy whatif: interrupted; the runs left were cancelled", file=sys.stderr)
-        return 130
-    close()
+    result = _interruptible(args, "whatif", f"what-if on {base.name}", lambda progress: run_whatif(
+        base, candidates, workload, workload_label=label, policy=args.policy, seeds=range(args.seeds),
+        budget_per_hour=args.budget, pricing=args.pricing, costs=costs, backend=args.backend, workers=args.workers,
+        address=args.address, progress=progress))
+    if result is None:
+        return EXIT_INTERRUPTED
     if args.json:
         _json_out(result.as_dict())
         return 0
@@ -345,16 +357,10 @@ def cmd_sweep(args) -> int:
     candidates = build_candidates(base, rows)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     grid = Grid.make(base, candidates, policies, range(args.seeds), {label: workload})
-    progress, close = _sweep_progress(args, f"sweep of {len(grid.runs())} runs")
-    try:
-        with _StdoutToStderr():
-            table = run_sweep(grid, backend=args.backend, workers=args.workers, address=args.address,
-                              progress=progress)
-    except KeyboardInterrupt:
-        close()
-        print("frenzy sweep: interrupted; the runs left were cancelled", file=sys.stderr)
-        return 130
-    close()
+    table = _interruptible(args, "sweep", f"sweep of {len(grid.runs())} runs", lambda progress: run_sweep(
+        grid, backend=args.backend, workers=args.workers, address=args.address, progress=progress))
+    if table is None:
+        return EXIT_INTERRUPTED
     if args.json:
         _json_out({"results": list(table.rows), "aggregates": table.aggregate("avg_jct_s"), "runs": len(table.rows),
                    "backend": table.backend, "workers": table.workers, "wall_s": table.wall_s})
