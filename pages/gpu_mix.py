@@ -49,6 +49,18 @@ DEFAULT_JOBS = pd.DataFrame([{"model": "llama-2-7b", "runs_per_week": 3.0, "gpus
                              {"model": "gpt2-xl", "runs_per_week": 20.0, "gpus": 4, "hours": 3.0,
                               "gpu_type": "A100-80GB"}])
 
+# Streamlit drops a widget's value when its page is left; these settings are kept in plain keys (kept_<key>) and
+# re-seed their widgets on return, so the widgets take their values from session state only (no value= argument).
+# The data editors keep their base tables (wi_table, the defaults).
+SETTINGS = {"wi_pricing": "rental", "wi_budget": DEFAULT_BUDGET_PER_HOUR, "wi_life": DEFAULT_LIFE_YEARS,
+            "wi_pue": DEFAULT_PUE, "wi_kwh": DEFAULT_USD_PER_KWH, "wi_source": "a trace", "wi_weeks": 4.0,
+            "wi_policy": DEFAULT_POLICY if DEFAULT_POLICY in REGISTRY else next(iter(REGISTRY)),
+            "wi_seeds": DEFAULT_SEEDS, "wi_workers": default_workers(), "wi_search_types": ["H100-80GB", "L40S"],
+            "wi_search_step": 8, "wi_search_keep": 6}
+for _key, _default in SETTINGS.items():
+    if _key not in ss:
+        ss[_key] = ss.get(f"kept_{_key}", _default)
+
 st.title("GPU mix what-if")
 base = common.cluster()
 types = list(base.type_table)
@@ -72,16 +84,15 @@ with left:
     c1, c2 = st.columns(2)
     pricing = c1.radio("Cost per hour as", PRICING, horizontal=True, key="wi_pricing",
                        help="rental: $/GPU-hour prices; owned: purchase amortised over the life + power")
-    budget = c2.number_input("Budget for the additions ($ per hour)", min_value=0.0, max_value=1e7,
-                             value=DEFAULT_BUDGET_PER_HOUR, step=10.0, key="wi_budget")
+    budget = c2.number_input("Budget for the additions ($ per hour)", min_value=0.0, max_value=1e7, step=10.0,
+                             key="wi_budget")
     with st.expander("Costs: purchase, power, rental (editable; defaults with sources)"):
         k1, k2, k3 = st.columns(3)
-        life = k1.number_input("life (years)", min_value=0.5, max_value=20.0, value=DEFAULT_LIFE_YEARS, step=0.5,
-                               key="wi_life", help=LIFE_SOURCE)
-        pue = k2.number_input("PUE", min_value=1.0, max_value=3.0, value=DEFAULT_PUE, step=0.05, key="wi_pue",
-                              help=PUE_SOURCE)
-        kwh = k3.number_input("$ per kWh", min_value=0.0, max_value=2.0, value=DEFAULT_USD_PER_KWH, step=0.01,
-                              format="%.3f", key="wi_kwh", help=KWH_SOURCE)
+        life = k1.number_input("life (years)", min_value=0.5, max_value=20.0, step=0.5, key="wi_life",
+                               help=LIFE_SOURCE)
+        pue = k2.number_input("PUE", min_value=1.0, max_value=3.0, step=0.05, key="wi_pue", help=PUE_SOURCE)
+        kwh = k3.number_input("$ per kWh", min_value=0.0, max_value=2.0, step=0.01, format="%.3f", key="wi_kwh",
+                              help=KWH_SOURCE)
         defaults = CostModel()
         cost_rows = [{"GPU type": t, "purchase $": defaults.cost(t).purchase_usd if defaults.has(t) else None,
                       "TDP W": defaults.cost(t).tdp_w if defaults.has(t) else None,
@@ -95,10 +106,11 @@ with left:
                                          "TDP W": st.column_config.NumberColumn(min_value=0.0, format="%.0f"),
                                          "rental $/h": st.column_config.NumberColumn(min_value=0.0, format="$%.2f")})
     with st.expander("Search mixes under the budget"):
-        search_types = st.multiselect("GPU types to mix", types, default=["H100-80GB", "L40S"], key="wi_search_types")
+        ss.wi_search_types = [t for t in ss.wi_search_types if t in types]  # the cluster may have changed
+        search_types = st.multiselect("GPU types to mix", types, key="wi_search_types")
         s1, s2 = st.columns(2)
-        step = s1.number_input("GPUs per step (a server)", min_value=1, max_value=64, value=8, key="wi_search_step")
-        keep = s2.number_input("mixes to keep", min_value=1, max_value=24, value=6, key="wi_search_keep")
+        step = s1.number_input("GPUs per step (a server)", min_value=1, max_value=64, key="wi_search_step")
+        keep = s2.number_input("mixes to keep", min_value=1, max_value=24, key="wi_search_keep")
         search = st.button("Replace the candidates with these mixes", key="wi_search")
 
 with right:
@@ -117,8 +129,7 @@ with right:
                                         "gpus": st.column_config.NumberColumn("GPUs", min_value=1, step=1),
                                         "hours": st.column_config.NumberColumn("hours per run", min_value=0.0),
                                         "gpu_type": st.column_config.SelectboxColumn("on GPU type", options=types)})
-        weeks = st.number_input("weeks to simulate", min_value=0.5, max_value=52.0, value=4.0, step=0.5,
-                                key="wi_weeks")
+        weeks = st.number_input("weeks to simulate", min_value=0.5, max_value=52.0, step=0.5, key="wi_weeks")
         try:
             workload = WeeklyJobs(tuple(
                 WeeklyJob(str(r["model"]), float(r["runs_per_week"]), int(r["gpus"]), float(r["hours"]),
@@ -130,12 +141,11 @@ with right:
             workload = None
         workload_label = "my jobs"
     c1, c2, c3 = st.columns(3)
-    policy = c1.selectbox("Policy", list(REGISTRY), key="wi_policy",
-                          index=list(REGISTRY).index(DEFAULT_POLICY) if DEFAULT_POLICY in REGISTRY else 0)
-    seeds = c2.number_input("seeds", min_value=1, max_value=50, value=DEFAULT_SEEDS, step=1, key="wi_seeds",
+    policy = c1.selectbox("Policy", list(REGISTRY), key="wi_policy")
+    seeds = c2.number_input("seeds", min_value=1, max_value=50, step=1, key="wi_seeds",
                             help="5 by default: with 2 seeds a 95% interval is mean ± 12.7 standard errors")
-    workers = c3.number_input("worker processes", min_value=1, max_value=64, value=default_workers(), step=1,
-                              key="wi_workers", help="1 runs in this server process; more start a process pool")
+    workers = c3.number_input("worker processes", min_value=1, max_value=64, step=1, key="wi_workers",
+                              help="1 runs in this server process; more start a process pool")
 
 
 
@@ -247,3 +257,6 @@ else:
         **{k: st.column_config.NumberColumn(format="$%.0f") for k in ("purchase $", "TCO over life $")}})
     st.download_button("Download table (CSV)", table.to_csv(index=False), file_name="gpu_mix_whatif.csv",
                        mime="text/csv", key="wi_csv", icon=":material/download:")
+
+for _key in SETTINGS:
+    ss[f"kept_{_key}"] = ss[_key]

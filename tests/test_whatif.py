@@ -439,3 +439,72 @@ def test_cli_whatif_bad_input_exits_2_naming_the_field(capsys, extra, field):
     code = main(["whatif", "--cluster", str(_repo() / "sample_clusters" / "modern-mixed.yaml"), *extra])
     err = capsys.readouterr().err
     assert code == 2 and field in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.browser
+def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
+    """Real Chromium against `streamlit run app.py`: a long what-if on a 2-process pool, then Cancel: the page says so,
+    shows no exception, and the server has no pool worker left."""
+    import subprocess
+    import time
+
+    from browser_support import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Debian's Chromium at {CHROMIUM}")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+
+    def workers_of(port: int) -> list[str]:
+        ps = subprocess.run(["ps", "-eo", "pid,pgid,args"], capture_output=True, text=True).stdout.splitlines()
+        server = [line.split() for line in ps if f"--server.port {port}" in line and "streamlit" in line]
+        pgid = server[0][1]
+        return [line for line in ps if line.split()[1] == pgid and "spawn_main" in line]
+
+    idle = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+    with streamlit_server() as url, sync_api.sync_playwright() as pw:
+        port = int(url.rsplit(":", 1)[1])
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{url}/gpu_mix")
+            page.wait_for_selector('h1:has-text("GPU mix what-if")', timeout=30_000)
+            page.wait_for_selector(idle, timeout=30_000)
+            for key, value in (("wi_limit", 2000), ("wi_seeds", 30), ("wi_workers", 2)):
+                box = page.locator(f".st-key-{key} input")
+                box.fill(str(value))
+                box.press("Enter")
+                page.wait_for_timeout(300)
+                page.wait_for_selector(idle, timeout=30_000)
+            page.locator(".st-key-wi_run button").click()
+            deadline = time.monotonic() + 60
+            while not workers_of(port) and time.monotonic() < deadline:  # the pool is up
+                time.sleep(0.2)
+            assert workers_of(port), "the what-if never started its pool"
+            page.locator(".st-key-wi_cancel button").click()
+            page.wait_for_selector('[data-testid="stAlert"]:has-text("Cancelled")', timeout=30_000)
+            page.wait_for_selector(idle, timeout=30_000)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert page.locator('[data-testid="stAlert"]:has-text("Something went wrong")').count() == 0
+            deadline = time.monotonic() + 15
+            while workers_of(port) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not workers_of(port), workers_of(port)
+        finally:
+            browser.close()
+
+
+def test_the_page_keeps_its_settings_when_you_leave_and_come_back(monkeypatch):
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    at = AppTest.from_file(str(_repo() / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/gpu_mix.py").run()
+    assert at.number_input(key="wi_seeds").value == DEFAULT_SEEDS
+    at.number_input(key="wi_budget").set_value(42.0).run()
+    at.radio(key="wi_pricing").set_value("owned").run()
+    at.switch_page("pages/plans.py").run()
+    at.switch_page("pages/gpu_mix.py").run()
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    assert at.number_input(key="wi_budget").value == 42.0
+    assert at.radio(key="wi_pricing").value == "owned"
