@@ -455,7 +455,7 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
 
     def workers_of(port: int) -> list[str]:
-        ps = subprocess.run(["ps", "-eo", "pid,pgid,args"], capture_output=True, text=True).stdout.splitlines()
+        ps = subprocess.run(["ps", "-ww", "-eo", "pid,pgid,args"], capture_output=True, text=True).stdout.splitlines()
         server = [line.split() for line in ps if f"--server.port {port}" in line and "streamlit" in line]
         pgid = server[0][1]
         return [line for line in ps if line.split()[1] == pgid and "spawn_main" in line]
@@ -480,7 +480,7 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
             while not workers_of(port) and time.monotonic() < deadline:  # the pool is up
                 time.sleep(0.2)
             assert workers_of(port), "the what-if never started its pool"
-            page.locator(".st-key-wi_cancel button").click()
+            page.locator(".st-key-wi_cancel button").first.click()
             page.wait_for_selector('[data-testid="stAlert"]:has-text("Cancelled")', timeout=30_000)
             page.wait_for_selector(idle, timeout=30_000)
             assert page.locator('[data-testid="stException"]').count() == 0
