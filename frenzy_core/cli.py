@@ -310,6 +310,186 @@ def _simulate_sia_apps(args, trace, cluster) -> int:
     return 0
 
 
+class _StdoutToStderr:
+    """HiGHS (behind sia) and worker processes may write to file descriptor 1; send that to stderr so stdout carries
+    only our table or the one JSON object (pool workers started inside inherit the redirected descriptor)."""
+
+    def __enter__(self):
+        sys.stdout.flush()
+        self.saved = os.dup(1)
+        os.dup2(2, 1)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+        return False
+
+
+def _sweep_progress(args, what: str):
+    """A progress callback (done, total) and a closer: a tqdm bar on a terminal's stderr, else tenths as lines."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(desc=what, unit="run", file=sys.stderr)
+
+        def progress(done: float, total: int) -> None:
+            bar.total = total
+            bar.n = round(done, 1)
+            bar.refresh()
+
+        return progress, bar.close
+    if args.json:
+        return None, lambda: None
+    last = [0]
+
+    def progress(done: float, total: int) -> None:
+        runs = int(done)
+        if runs > last[0] and (10 * runs // total > 10 * last[0] // total or runs == total):
+            print(f"{what}: {runs}/{total} runs", file=sys.stderr)
+        last[0] = max(last[0], runs)
+
+    return progress, lambda: None
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+def _interruptible(args, command: str, what: str, call):
+    """`call(progress)` with a progress display and stdout sent to stderr; on Ctrl-C (the sweep has already stopped
+    its runs) one line on stderr and None."""
+    progress, close = _sweep_progress(args, what)
+    try:
+        with _StdoutToStderr():
+            out = call(progress)
+    except KeyboardInterrupt:
+        close()
+        print(f"frenzy {command}: interrupted; the runs left were cancelled", file=sys.stderr)
+        return None
+    close()
+    return out
+
+
+def _whatif_inputs(args):
+    """Today's cluster, the candidates (today first) and the workload (label, Trace or WeeklyJobs) from the flags."""
+    from frenzy_core.cluster import load_cluster
+    from frenzy_core.traces import load_trace
+    from frenzy_core.whatif import WeeklyJobs, build_candidates, parse_addition, parse_weekly_job
+
+    if args.seeds < 1:
+        raise SpecError("seeds", f"must be at least 1, got {args.seeds}")
+    if args.limit_jobs < 0:
+        raise SpecError("limit_jobs", f"must be 0 (all jobs) or positive, got {args.limit_jobs}")
+    if bool(args.trace) == bool(args.job):
+        raise SpecError("trace", "give either --trace FILE or one or more --job MODEL:RUNS_PER_WEEK:GPUS:HOURS")
+    base = load_cluster(args.cluster)
+    if args.trace:
+        workload = load_trace(args.trace, args.trace_format, limit=args.limit_jobs or None)  # as the page's picker
+        label = os.path.basename(args.trace)
+    else:
+        workload = WeeklyJobs(tuple(parse_weekly_job(j) for j in args.job), weeks=args.weeks)
+        label = "my jobs"
+    rows = [r for a in args.add for r in parse_addition(a)]
+    return base, rows, label, workload, build_candidates
+
+
+def _json_out(data) -> None:
+    from frenzy_core.sweep import json_safe
+
+    print(json.dumps(json_safe(data)))
+
+
+def _pairs(values, field: str) -> dict[str, float]:
+    """TYPE=NUMBER flags (repeatable) -> {type: number}."""
+    out = {}
+    for v in values:
+        t, sep, num = v.rpartition("=")
+        try:
+            out[t] = float(num)
+        except ValueError:
+            t = ""
+        if not sep or not t:
+            raise SpecError(field, f"expected GPU_TYPE=NUMBER, got {v!r}")
+    return out
+
+
+def cmd_whatif(args) -> int:
+    from frenzy_core.tco import CostModel
+    from frenzy_core.whatif import run_whatif, search_mixes
+
+    base, rows, label, workload, build_candidates = _whatif_inputs(args)
+    costs = CostModel().with_overrides(purchase_usd=_pairs(args.purchase, "purchase"), tdp_w=_pairs(args.tdp, "tdp"),
+                                       rental_usd_per_hour=_pairs(args.rental, "rental"), life_years=args.life_years,
+                                       pue=args.pue, usd_per_kwh=args.usd_per_kwh)
+    if args.search:
+        rows += search_mixes(base, [t.strip() for t in args.search.split(",") if t.strip()], args.budget, costs,
+                             args.pricing, step=args.step, max_candidates=args.max_candidates)
+    candidates = build_candidates(base, rows)
+    result = _interruptible(args, "whatif", f"what-if on {base.name}", lambda progress: run_whatif(
+        base, candidates, workload, workload_label=label, policy=args.policy, seeds=range(args.seeds),
+        budget_per_hour=args.budget, pricing=args.pricing, costs=costs, backend=args.backend, workers=args.workers,
+        address=args.address, progress=progress))
+    if result is None:
+        return EXIT_INTERRUPTED
+    if args.json:
+        _json_out(result.as_dict())
+        return 0
+    print(f"{label} on {base.name} + candidates; policy {result.policy}; {len(result.seeds)} seeds; "
+          f"{result.pricing} prices")
+    print(f"{'candidate':28} {'GPUs':>5} {'avg JCT h':>9} {'95% CI h':>15} {'$/h':>9} {'added $/h':>9} "
+          f"{'purchase $':>11}  budget frontier")
+    for c in result.candidates:
+        ci = f"{c.ci_low_s / 3600:.2f}-{c.ci_high_s / 3600:.2f}" if c.ci_low_s == c.ci_low_s else "n/a"
+        print(f"{c.candidate[:28]:28} {c.gpus:>5} {c.avg_jct_s / 3600:>9.2f} {ci:>15} {c.cost_per_hour:>9.2f} "
+              f"{c.added_cost_per_hour:>9.2f} {c.tco.purchase_usd:>11,.0f}  {'yes' if c.within_budget else 'no':6} "
+              f"{'yes' if c.on_frontier else ''}")
+    print(result.message)
+    for note in result.notes:
+        print(f"note: {note}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from frenzy_core.sweep import Grid, run_sweep
+
+    base, rows, label, workload, build_candidates = _whatif_inputs(args)
+    candidates = build_candidates(base, rows)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    grid = Grid.make(base, candidates, policies, range(args.seeds), {label: workload})
+    table = _interruptible(args, "sweep", f"sweep of {len(grid.runs())} runs", lambda progress: run_sweep(
+        grid, backend=args.backend, workers=args.workers, address=args.address, progress=progress))
+    if table is None:
+        return EXIT_INTERRUPTED
+    if args.json:
+        _json_out({"results": list(table.rows), "aggregates": table.aggregate("avg_jct_s"), "runs": len(table.rows),
+                   "backend": table.backend, "workers": table.workers, "wall_s": table.wall_s})
+        return 0
+    print(f"{len(table.rows)} runs on {table.backend} ({table.workers} workers) in {table.wall_s:.1f} s")
+    print(f"{'candidate':28} {'policy':12} {'seeds':>5} {'avg JCT h':>9} {'95% CI h':>15}")
+    for a in table.aggregate("avg_jct_s"):
+        lo, hi = a["avg_jct_s_ci_low"], a["avg_jct_s_ci_high"]
+        ci = f"{lo / 3600:.2f}-{hi / 3600:.2f}" if lo == lo else "n/a"
+        print(f"{a['candidate'][:28]:28} {a['policy'][:12]:12} {a['seeds']:>5} {a['avg_jct_s'] / 3600:>9.2f} {ci:>15}")
+    return 0
+
+
+def _add_sweep_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", required=True, help="today's cluster YAML")
+    p.add_argument("--trace", help="trace file (or use --job for your own jobs)")
+    p.add_argument("--trace-format", default="philly")
+    p.add_argument("--limit-jobs", type=int, default=0, help="the first N jobs of the trace (0 = all)")
+    p.add_argument("--job", action="append", default=[],
+                   help="your own jobs instead of a trace: MODEL:RUNS_PER_WEEK:GPUS:HOURS[:GPU_TYPE] (repeatable)")
+    p.add_argument("--weeks", type=float, default=4.0, help="weeks of --job arrivals to simulate (default 4)")
+    p.add_argument("--add", action="append", default=[],
+                   help="a candidate: TYPE:N (label '+N TYPE') or LABEL=TYPE:N,TYPE:N (repeatable); today is always in")
+    p.add_argument("--workers", type=int, default=None, help="processes (local) or CPUs (local Ray); default cores-1")
+    p.add_argument("--backend", default="local", choices=["local", "ray"])
+    p.add_argument("--address", default=None, help="an existing Ray cluster, e.g. ray://head:10001 or auto")
+    p.add_argument("--json", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="frenzy", description="Frenzy Planner: memory-aware LLM training planner")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -351,6 +531,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="llm: trace jobs mapped to LLM training jobs (default); sia-apps: Sia's measured "
                         "applications (needs --trace-format sia; round-based, deterministic, --seeds ignored)")
     p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("whatif", help="procurement what-if: candidate GPU purchases, JCT with CIs, cost, budget verdict")
+    _add_sweep_args(p)
+    p.add_argument("--policy", default="frenzy-eft")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per candidate (default 5)")
+    p.add_argument("--budget", type=float, default=100.0, help="$ per hour for the additions (default 100)")
+    p.add_argument("--pricing", default="rental", choices=["rental", "owned"],
+                   help="cost per hour as rental prices or owned (amortised purchase + power)")
+    p.add_argument("--search", default="", help="also try every mix of these GPU types (comma list) that fills the "
+                   "budget in steps of --step GPUs")
+    p.add_argument("--step", type=int, default=8, help="GPUs per step of the mix search (default 8, one server)")
+    p.add_argument("--max-candidates", type=int, default=8, help="mixes the search keeps (default 8)")
+    p.add_argument("--life-years", type=float, default=5.0, help="amortisation period (default 5 years)")
+    p.add_argument("--pue", type=float, default=1.58, help="power usage effectiveness (default 1.58)")
+    p.add_argument("--usd-per-kwh", type=float, default=0.127, help="electricity price (default 0.127 $/kWh)")
+    p.add_argument("--purchase", action="append", default=[], help="TYPE=USD per GPU (repeatable)")
+    p.add_argument("--tdp", action="append", default=[], help="TYPE=W (repeatable)")
+    p.add_argument("--rental", action="append", default=[], help="TYPE=USD per GPU-hour (repeatable)")
+    p.set_defaults(func=cmd_whatif)
+
+    p = sub.add_parser("sweep", help="simulate candidates x policies x seeds on a local process pool or Ray")
+    _add_sweep_args(p)
+    p.add_argument("--policies", default="frenzy-eft", help="comma list of policies (default frenzy-eft)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per cell (default 5)")
+    p.set_defaults(func=cmd_sweep)
     return parser
 
 

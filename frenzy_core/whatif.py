@@ -1,23 +1,40 @@
 """Procurement what-ifs: today's cluster plus N GPUs of a type, the candidate purchases offered by default and their
-validation, what a cluster costs per hour, and which candidates are on the cost / job-completion-time frontier.
+validation, a search over mixes under a budget, a workload from the user's own jobs, what a cluster costs per hour
+(rental or owned, `tco`), and the verdict: every candidate simulated on the same jobs over several seeds (through
+`sweep`), its mean JCT with a 95% interval, the cost / JCT frontier, the best candidate within the budget and whether
+its lead is significant.
 
-Pure functions on Cluster values; the GPU-mix page edits the candidate rows, simulates each candidate and plots the
-frontier.
+Pure functions on Cluster values (the runs go through `sweep.run_sweep`); the GPU-mix page and `frenzy whatif` both
+call `run_whatif` and only display what it returns.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+from scipy import stats
 
 from frenzy_core.cluster import DEFAULT_NETWORK_GBIT_S, Cluster, Node
 from frenzy_core.errors import SpecError
+from frenzy_core.models import ZOO
+from frenzy_core.simulate import SimOptions
+from frenzy_core.sweep import Grid, Progress, SweepTable, run_sweep
+from frenzy_core.tco import PRICING, TCO, CostModel, tco
+from frenzy_core.traces import Trace, TraceJob
 
 DEFAULT_GPUS_PER_NODE = 8  # the standard 8-GPU HGX / OVX server shape
 TODAY = "today"  # the label of the current cluster in a candidate set (reserved: no candidate may take it)
+DEFAULT_SEEDS = 5  # seeds per candidate: with 2 the 95% t-interval is mean +- 12.7 standard errors (t_0.975,1)
+DEFAULT_POLICY = "frenzy-eft"
+DEFAULT_BUDGET_PER_HOUR = 100.0  # US$ per hour for the additions
+SIGNIFICANCE_LEVEL = 0.05  # Welch t-test threshold for "a lower average JCT that is not chance"
+WEEK_S = 7 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -132,7 +149,12 @@ def add_gpus(cluster: Cluster, gpu_type: str, count: int, gpus_per_node: int = D
         taken.add(name)
         new.append(Node(name=name, gpu_type=gpu_type, num_gpus=min(gpus_per_node, count - k * gpus_per_node),
                         network_gbit_s=network))
-    return cluster.model_copy(update={"nodes": cluster.nodes + tuple(new)})
+    # A new Cluster, not `cluster.model_copy(update=...)`: model_copy copies __dict__, and with it the input's cached
+    # `type_summary` (per-type GPU totals), so the copy would report today's GPU counts to the mapping and the
+    # policies. That made the GPU-mix page (which reads today's totals first) disagree with a direct simulation
+    # (issue 11: +24 A100-80GB 1.23 h on the page vs 1.87 h).
+    return Cluster(name=cluster.name, description=cluster.description, gpu_types=cluster.gpu_types,
+                   nodes=cluster.nodes + tuple(new))
 
 
 def cluster_cost_per_hour(cluster: Cluster) -> float:
@@ -168,3 +190,345 @@ def pareto_front(costs: Sequence[float], times: Sequence[float]) -> list[bool]:
         dominated = any(c2 <= c and t2 <= t and (c2 < c or t2 < t) for j, (c2, t2) in enumerate(points) if j != i)
         front.append(not dominated)
     return front
+
+
+# --- a workload from the user's own jobs -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WeeklyJob:
+    """One kind of training run the user repeats: `runs_per_week` runs of `model`, each `hours` long on `gpus` GPUs
+    of `gpu_type` (that calibrates its tokens, as a trace's duration does)."""
+
+    model: str  # zoo name
+    runs_per_week: float  # mean arrivals per week (Poisson)
+    gpus: int  # GPUs one run asks for (what fcfs and sia start from; frenzy picks its own)
+    hours: float  # one run's length on `gpus` x `gpu_type`
+    gpu_type: str | None = None  # None: the reference type of today's cluster (most GPUs)
+
+
+@dataclass(frozen=True)
+class WeeklyJobs:
+    """The user's jobs as a workload: each kind arrives as a Poisson process over `weeks` weeks, drawn per seed, so
+    seeds vary the arrival pattern (and the CI says how much that matters)."""
+
+    jobs: tuple[WeeklyJob, ...]
+    weeks: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not self.jobs:
+            raise SpecError("jobs", "add at least one job, e.g. llama-2-7b:3:16:12 (model:runs per week:GPUs:hours)")
+        if not (isinstance(self.weeks, int | float) and math.isfinite(self.weeks) and 0 < self.weeks <= 520):
+            raise SpecError("weeks", f"must be a number of weeks in (0, 520], got {self.weeks!r}")
+        for i, j in enumerate(self.jobs, start=1):
+            where = f"job {i}"
+            if j.model not in ZOO:
+                raise SpecError(f"{where}.model", f"unknown model {j.model!r}; choose one of: {', '.join(ZOO)}")
+            if not (isinstance(j.runs_per_week, int | float) and math.isfinite(j.runs_per_week)
+                    and 0 < j.runs_per_week <= 10_000):
+                raise SpecError(f"{where}.runs_per_week", f"must be in (0, 10000], got {j.runs_per_week!r}")
+            if isinstance(j.gpus, bool) or not isinstance(j.gpus, int) or not 1 <= j.gpus <= 100_000:
+                raise SpecError(f"{where}.gpus", f"must be a whole number in [1, 100000], got {j.gpus!r}")
+            if not (isinstance(j.hours, int | float) and math.isfinite(j.hours) and 0 < j.hours <= 24 * 365):
+                raise SpecError(f"{where}.hours", f"must be in (0, 8760] hours, got {j.hours!r}")
+
+    def trace_for(self, seed: int) -> Trace:
+        """The jobs that arrive in `weeks` weeks with this seed (deterministic per seed).
+
+        >>> w = WeeklyJobs((WeeklyJob("gpt2", 7.0, 1, 2.0),), weeks=1.0)
+        >>> t = w.trace_for(0); t == w.trace_for(0), all(j.model == "gpt2" for j in t.jobs)
+        (True, True)
+        """
+        rng = np.random.default_rng(seed)
+        horizon = self.weeks * WEEK_S
+        out: list[TraceJob] = []
+        for k, j in enumerate(self.jobs):
+            mean_gap = WEEK_S / j.runs_per_week
+            t = float(rng.exponential(mean_gap))
+            n = 0
+            while t < horizon:
+                out.append(TraceJob(job_id=f"{j.model}-{k}-{n}", arrival_s=t, num_gpus=j.gpus,
+                                    duration_s=j.hours * 3600.0, gpu_type=j.gpu_type, model=j.model))
+                n += 1
+                t += float(rng.exponential(mean_gap))
+        out.sort(key=lambda tj: (tj.arrival_s, tj.job_id))
+        if not out:
+            raise SpecError("weeks", f"no job arrives in {self.weeks:g} weeks with seed {seed}; raise weeks or runs "
+                            "per week")
+        return Trace(jobs=tuple(out), source=self.describe(), format="weekly")
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{j.runs_per_week:g}/week {j.model} on {j.gpus} GPUs for {j.hours:g} h" for j in self.jobs)
+        return f"my jobs ({kinds}; {self.weeks:g} weeks)"
+
+
+def parse_weekly_job(text: str) -> WeeklyJob:
+    """`MODEL:RUNS_PER_WEEK:GPUS:HOURS[:GPU_TYPE]` (the CLI's --job), e.g. ``llama-2-7b:3:16:12:A100-80GB``."""
+    parts = [p.strip() for p in text.split(":")]
+    if len(parts) not in (4, 5):
+        raise SpecError("job", f"expected MODEL:RUNS_PER_WEEK:GPUS:HOURS[:GPU_TYPE], got {text!r}")
+    try:
+        runs, gpus, hours = float(parts[1]), int(parts[2]), float(parts[3])
+    except ValueError:
+        raise SpecError("job", f"runs per week and hours must be numbers and GPUs a whole number, got {text!r}") \
+            from None
+    return WeeklyJob(parts[0], runs, gpus, hours, parts[4] if len(parts) == 5 else None)
+
+
+# --- candidates from the command line and from a budget -------------------------------------------------------------
+def parse_addition(text: str) -> list[dict[str, Any]]:
+    """`--add` value -> candidate rows: ``TYPE:N`` (label ``+N TYPE``), or ``LABEL=TYPE:N,TYPE:N`` for a mix.
+
+    >>> [(r["candidate"], r["gpu_type"], r["count"]) for r in parse_addition("mix=L40S:8,H100-80GB:8")]
+    [('mix', 'L40S', 8), ('mix', 'H100-80GB', 8)]
+    >>> parse_addition("A100-80GB:24")[0]["candidate"]
+    '+24 A100-80GB'
+    """
+    label, _, spec = text.rpartition("=")
+    rows = []
+    for part in spec.split(","):
+        gpu_type, sep, count = part.strip().rpartition(":")
+        if not sep or not gpu_type:
+            raise SpecError("add", f"expected TYPE:N or LABEL=TYPE:N,TYPE:N, got {text!r}")
+        try:
+            n = int(count)
+        except ValueError:
+            raise SpecError("add", f"the GPU count must be a whole number, got {count!r} in {text!r}") from None
+        rows.append({"gpu_type": gpu_type, "count": n})
+    name = label.strip() or " ".join(f"+{r['count']} {r['gpu_type']}" for r in rows)
+    return [{"candidate": name, **r, "gpus_per_node": DEFAULT_GPUS_PER_NODE} for r in rows]
+
+
+def search_mixes(base: Cluster, gpu_types: Sequence[str], budget_per_hour: float, costs: CostModel | None = None,
+                 pricing: str = "rental", step: int = DEFAULT_GPUS_PER_NODE,
+                 max_candidates: int = 8) -> list[dict[str, Any]]:
+    """Candidate rows for the mixes of `gpu_types` (in whole `step`s, e.g. 8-GPU servers) that fit the budget and
+    leave no room for one more step of any type (every other mix within budget has fewer GPUs of every type than one
+    of these). Most expensive first (they use the most of the budget), at most `max_candidates`. A greedy policy can
+    get slower with more GPUs, so a smaller purchase is worth typing in by hand too.
+
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> c = parse_cluster_yaml("nodes: [{name: a, gpu_type: L40S, num_gpus: 8}]")
+    >>> [r["candidate"] for r in search_mixes(c, ["L40S"], 20.0)]  # L40S at $1/h: two 8-GPU servers fit
+    ['+16 L40S']
+    """
+    m = costs or CostModel()
+    if not gpu_types:
+        raise SpecError("search", "name at least one GPU type to search over")
+    if not (math.isfinite(budget_per_hour) and budget_per_hour > 0):
+        raise SpecError("budget", f"a search needs a budget > 0 $/h, got {budget_per_hour!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise SpecError("step", f"must be a whole number >= 1, got {step!r}")
+    if len(set(gpu_types)) != len(gpu_types):
+        raise SpecError("search", f"GPU types must be distinct, got {list(gpu_types)}")
+    unit = []
+    for t in gpu_types:
+        if t not in base.type_table:
+            raise SpecError("search", f"unknown GPU type {t!r}; choose from: {', '.join(base.type_table)}")
+        unit.append(tco({t: step}, base, m).per_hour(pricing))
+    if any(u <= 0 for u in unit):
+        raise SpecError("search", "every searched GPU type needs a price > 0 (a free GPU makes the search unbounded)")
+    limits = [int(budget_per_hour // u) for u in unit]
+    found = []
+    for steps in itertools.product(*(range(k + 1) for k in limits)):
+        cost = sum(s * u for s, u in zip(steps, unit, strict=True))
+        if not any(steps) or cost > budget_per_hour + 1e-9:
+            continue
+        if all(cost + u > budget_per_hour + 1e-9 for u in unit):  # maximal: no room for one more step
+            found.append((cost, steps))
+    found.sort(key=lambda cs: (-cs[0], cs[1]))
+    rows = []
+    for _, steps in found[:max_candidates]:
+        parts = [(t, s * step) for t, s in zip(gpu_types, steps, strict=True) if s]
+        label = " ".join(f"+{n} {t}" for t, n in parts)
+        rows += [{"candidate": label, "gpu_type": t, "count": n, "gpus_per_node": step} for t, n in parts]
+    return rows
+
+
+# --- the verdict ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CandidateResult:
+    """One candidate of a what-if: its JCT over seeds, what it costs, and how it compares."""
+
+    candidate: str
+    gpus: int  # GPUs in the candidate cluster
+    added_gpus: dict[str, int]  # type -> GPUs added to today's cluster
+    avg_jct_s: float  # mean over seeds of the run's average JCT (completed jobs)
+    ci_low_s: float  # 95% t-interval over seeds (NaN with one seed)
+    ci_high_s: float
+    samples_s: tuple[float, ...]  # the per-seed average JCTs
+    p99_jct_s: float  # means over seeds
+    avg_queue_s: float
+    avg_utilisation: float
+    completed: float
+    jobs: float
+    oom_failures: float
+    workload_fallbacks: float  # jobs whose model did not fit its GPUs and took a smaller one (user jobs: say so)
+    cost_per_hour: float  # the whole candidate cluster at the chosen pricing
+    added_cost_per_hour: float  # the additions at the chosen pricing: what the budget limits
+    tco: TCO  # of the additions
+    within_budget: bool
+    on_frontier: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "tco"}
+        out["samples_s"] = list(self.samples_s)
+        out["tco"] = self.tco.as_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Is `best` really faster than `other`? Welch's t-test on the per-seed average JCTs, and CI overlap."""
+
+    best: str
+    other: str
+    p_value: float  # two-sided Welch t-test (NaN with fewer than 2 seeds each)
+    ci_overlap: bool
+    significant: bool  # p < SIGNIFICANCE_LEVEL
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A what-if's answer: one row per candidate (today first), the best within budget and how sure that is."""
+
+    candidates: tuple[CandidateResult, ...]
+    best_within_budget: str | None
+    comparisons: tuple[Comparison, ...]  # best vs each other candidate within budget
+    message: str  # the verdict in one sentence, including "not significant" when it is not
+    significant: bool  # the best's lead over every other candidate within budget is significant
+    policy: str
+    workload: str
+    seeds: tuple[int, ...]
+    budget_per_hour: float
+    pricing: str
+    wall_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def row(self, label: str) -> CandidateResult:
+        return next(c for c in self.candidates if c.candidate == label)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON of `frenzy whatif --json` (NaN becomes null there)."""
+        return {"candidates": [c.as_dict() for c in self.candidates], "best_within_budget": self.best_within_budget,
+                "significant": self.significant, "message": self.message,
+                "comparisons": [c.as_dict() for c in self.comparisons], "policy": self.policy,
+                "workload": self.workload, "seeds": list(self.seeds), "budget_per_hour": self.budget_per_hour,
+                "pricing": self.pricing, "wall_s": self.wall_s, "notes": list(self.notes)}
+
+
+def added_gpus(base: Cluster, cluster: Cluster) -> dict[str, int]:
+    """GPUs per type that `cluster` has beyond `base` (types it has fewer of are left out)."""
+    now = base.gpus_by_type()
+    return {t: n - now.get(t, 0) for t, n in cluster.gpus_by_type().items() if n > now.get(t, 0)}
+
+
+def _constant(x: np.ndarray) -> bool:
+    """All seeds agree up to float rounding (a t-test on such samples only measures rounding noise)."""
+    return bool(np.ptp(x) <= 1e-9 * max(abs(float(x.mean())), 1.0))
+
+
+def compare(best: str, best_samples: Sequence[float], other: str, other_samples: Sequence[float],
+            best_ci: tuple[float, float], other_ci: tuple[float, float]) -> Comparison:
+    """Welch's t-test (unequal variances, `scipy.stats.ttest_ind(equal_var=False)`) and whether the CIs overlap.
+
+    >>> compare("a", [1.0, 1.1, 0.9], "b", [5.0, 5.2, 4.8], (0.75, 1.25), (4.5, 5.5)).significant
+    True
+    >>> compare("a", [1.0, 3.0, 2.0], "b", [2.0, 2.5, 1.5], (0.0, 4.5), (0.9, 3.1)).significant
+    False
+    """
+    a, b = np.asarray(best_samples, dtype=float), np.asarray(other_samples, dtype=float)
+    if a.size < 2 or b.size < 2:
+        p = math.nan
+    elif _constant(a) and _constant(b):  # deterministic runs (equal up to rounding): any difference is real
+        p = 0.0 if not math.isclose(a.mean(), b.mean(), rel_tol=1e-9) else 1.0
+    else:
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    lo1, hi1 = best_ci
+    lo2, hi2 = other_ci
+    overlap = bool(not (math.isfinite(lo1) and math.isfinite(lo2)) or (lo1 <= hi2 and lo2 <= hi1))
+    return Comparison(best, other, p, overlap, bool(math.isfinite(p) and p < SIGNIFICANCE_LEVEL))
+
+
+def verdict(table: SweepTable, base: Cluster, candidates: Mapping[str, Cluster], budget_per_hour: float,
+            pricing: str = "rental", costs: CostModel | None = None) -> WhatIf:
+    """Read a one-policy, one-workload sweep table into the what-if answer (pure; `run_whatif` runs the sweep)."""
+    if pricing not in PRICING:
+        raise SpecError("pricing", f"unknown pricing {pricing!r}; choose one of: {', '.join(PRICING)}")
+    if not (isinstance(budget_per_hour, int | float) and math.isfinite(budget_per_hour) and budget_per_hour >= 0):
+        raise SpecError("budget", f"must be a number >= 0 ($ per hour for the additions), got {budget_per_hour!r}")
+    m = costs or CostModel()
+    groups = {(w, p) for w, _, p in table.samples()}
+    if len(groups) != 1:
+        raise SpecError("policies", "a what-if compares candidates on one workload and one policy; use a sweep for "
+                        "more")
+    (workload, policy), = groups
+    jct = {c: (row["avg_jct_s"], row["avg_jct_s_ci_low"], row["avg_jct_s_ci_high"])
+           for row in table.aggregate("avg_jct_s") for c in [row["candidate"]]}
+    samples = {c: v for (_, c, _), v in table.samples("avg_jct_s").items()}
+    means = {key: {c: float(np.mean(v)) for (_, c, _), v in table.samples(key).items()}
+             for key in ("p99_jct_s", "avg_queue_s", "avg_utilisation", "completed", "jobs", "oom_failures",
+                         "workload_fallbacks")}
+    rows = []
+    for label, cl in candidates.items():
+        add = added_gpus(base, cl)
+        add_tco = tco(add, base, m)
+        mean, lo, hi = jct[label]
+        rows.append(dict(candidate=label, gpus=cl.total_gpus, added_gpus=add, avg_jct_s=mean, ci_low_s=lo,
+                         ci_high_s=hi, samples_s=samples[label],
+                         **{k: means[k][label] for k in means},
+                         cost_per_hour=tco(cl.gpus_by_type(), cl, m).per_hour(pricing),
+                         added_cost_per_hour=add_tco.per_hour(pricing), tco=add_tco,
+                         within_budget=add_tco.per_hour(pricing) <= budget_per_hour + 1e-9))
+    front = pareto_front([r["cost_per_hour"] for r in rows],
+                         [r["avg_jct_s"] if math.isfinite(r["avg_jct_s"]) else math.inf for r in rows])
+    results = tuple(CandidateResult(**r, on_frontier=f) for r, f in zip(rows, front, strict=True))
+    ok = [r for r in results if r.within_budget and math.isfinite(r.avg_jct_s)]
+    best = min(ok, key=lambda r: (r.avg_jct_s, r.added_cost_per_hour)) if ok else None
+    comps = tuple(compare(best.candidate, best.samples_s, r.candidate, r.samples_s, (best.ci_low_s, best.ci_high_s),
+                          (r.ci_low_s, r.ci_high_s)) for r in ok if best is not None and r is not best)
+    significant = bool(best is not None and all(c.significant for c in comps))
+    notes = tuple(f"{r.candidate}: {r.workload_fallbacks:g} job(s) per seed took a smaller model than asked (it "
+                  "did not fit its GPUs)" for r in results if r.workload_fallbacks)
+    return WhatIf(candidates=results, best_within_budget=best.candidate if best else None, comparisons=comps,
+                  message=_message(best, comps, len(table.samples().get((workload, best.candidate, policy), ()))
+                                   if best else 0, budget_per_hour, pricing),
+                  significant=significant, policy=policy, workload=workload,
+                  seeds=tuple(sorted({r["seed"] for r in table.rows})), budget_per_hour=float(budget_per_hour),
+                  pricing=pricing, wall_s=table.wall_s, notes=notes)
+
+
+def _message(best: CandidateResult | None, comps: Sequence[Comparison], seeds: int, budget: float,
+             pricing: str) -> str:
+    if best is None:
+        return f"No candidate fits the budget of ${budget:,.2f}/h ({pricing}) with a finished job."
+    head = (f"Within ${budget:,.2f}/h ({pricing}), {best.candidate} gives the lowest average JCT: "
+            f"{best.avg_jct_s / 3600:.2f} h at {best.added_cost_per_hour:+,.2f} $/h.")
+    if not comps:
+        return head + " It is the only candidate within the budget."
+    if seeds < 2:
+        return head + " Not significant: one seed gives no interval; run at least 2 (5 by default)."
+    weak = [c for c in comps if not c.significant]
+    if not weak:
+        worst = max(comps, key=lambda c: c.p_value)
+        return head + f" Its lead is significant (Welch t-test p <= {worst.p_value:.3g} against every other candidate " \
+            f"within budget, {seeds} seeds)."
+    names = ", ".join(f"{c.other} (p = {c.p_value:.2f}{', CIs overlap' if c.ci_overlap else ''})" for c in weak)
+    return head + f" Not significant against {names}: with {seeds} seeds these may be equally fast; add seeds or " \
+        "treat them as a tie."
+
+
+def run_whatif(base: Cluster, candidates: Mapping[str, Cluster], workload: Any, *, workload_label: str = "workload",
+               policy: str = DEFAULT_POLICY, seeds: Iterable[int] = range(DEFAULT_SEEDS),
+               budget_per_hour: float = DEFAULT_BUDGET_PER_HOUR, pricing: str = "rental",
+               costs: CostModel | None = None, options: SimOptions | None = None, backend: str = "local",
+               workers: int | None = 1, address: str | None = None, progress: Progress | None = None) -> WhatIf:
+    """Simulate every candidate (the output of `build_candidates`, today first) on `workload` (a Trace or
+    `WeeklyJobs`) with `policy` over `seeds`, through `sweep.run_sweep`, and return the verdict. The page and
+    `frenzy whatif` call this with the same arguments, so they show the same numbers."""
+    if pricing not in PRICING:
+        raise SpecError("pricing", f"unknown pricing {pricing!r}; choose one of: {', '.join(PRICING)}")
+    grid = Grid.make(base, candidates, [policy], seeds, {workload_label: workload}, options)
+    table = run_sweep(grid, backend=backend, workers=workers, address=address, progress=progress)
+    return verdict(table, base, candidates, budget_per_hour, pricing, costs)

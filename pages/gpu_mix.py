@@ -1,8 +1,11 @@
-"""GPU mix what-if: candidate purchases on top of today's cluster, each simulated on the same workload; average JCT
-against cost per hour, the frontier, the budget, and a table to export."""
+"""GPU mix what-if: candidate purchases on top of today's cluster, each simulated on the same workload over several
+seeds by `frenzy_core.whatif.run_whatif` (through `frenzy_core.sweep`, local backend); this page only edits the
+inputs and draws the answer: average JCT with its 95% CI against cost, the frontier, the budget verdict and whether
+it is significant."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
 import pandas as pd
@@ -10,47 +13,170 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from frenzy_core.errors import SpecError
-from frenzy_core.gpus import CATALOG
+from frenzy_core.models import ZOO
 from frenzy_core.policies import REGISTRY
-from frenzy_core.simulate import SimOptions, simulate_seeds
-from frenzy_core.whatif import DEFAULT_CANDIDATES, TODAY, build_candidates, cluster_cost_per_hour, pareto_front
+from frenzy_core.sweep import default_workers
+from frenzy_core.tco import (
+    DEFAULT_LIFE_YEARS,
+    DEFAULT_PUE,
+    DEFAULT_USD_PER_KWH,
+    KWH_SOURCE,
+    LIFE_SOURCE,
+    PRICING,
+    PUE_SOURCE,
+    CostModel,
+)
+from frenzy_core.whatif import (
+    DEFAULT_BUDGET_PER_HOUR,
+    DEFAULT_CANDIDATES,
+    DEFAULT_POLICY,
+    DEFAULT_SEEDS,
+    TODAY,
+    WeeklyJob,
+    WeeklyJobs,
+    build_candidates,
+    run_whatif,
+    search_mixes,
+)
 from pages import common
 
 common.page_setup()
 
 ss = st.session_state
 HOUR = 3600.0
-DEFAULT_TABLE = pd.DataFrame([asdict(c) for c in DEFAULT_CANDIDATES])  # the editor's starting rows
+DEFAULT_JOBS = pd.DataFrame([{"model": "llama-2-7b", "runs_per_week": 3.0, "gpus": 16, "hours": 12.0,
+                              "gpu_type": "A100-80GB"},
+                             {"model": "gpt2-xl", "runs_per_week": 20.0, "gpus": 4, "hours": 3.0,
+                              "gpu_type": "A100-80GB"}])
+
+# Streamlit drops a widget's value when its page is left; these settings are kept in plain keys (kept_<key>) and
+# re-seed their widgets on return, so the widgets take their values from session state only (no value= argument).
+# The data editors keep their base tables (wi_table, the defaults).
+SETTINGS = {"wi_pricing": "rental", "wi_budget": DEFAULT_BUDGET_PER_HOUR, "wi_life": DEFAULT_LIFE_YEARS,
+            "wi_pue": DEFAULT_PUE, "wi_kwh": DEFAULT_USD_PER_KWH, "wi_source": "a trace", "wi_weeks": 4.0,
+            "wi_policy": DEFAULT_POLICY if DEFAULT_POLICY in REGISTRY else next(iter(REGISTRY)),
+            "wi_seeds": DEFAULT_SEEDS, "wi_workers": default_workers(), "wi_search_types": ["H100-80GB", "L40S"],
+            "wi_search_step": 8, "wi_search_keep": 6}
+for _key, _default in SETTINGS.items():
+    if _key not in ss:
+        ss[_key] = ss.get(f"kept_{_key}", _default)
 
 st.title("GPU mix what-if")
 base = common.cluster()
-base_cost = cluster_cost_per_hour(base)
-st.caption(f"Today: **{base.name}**, {base.total_gpus} GPUs "
-           f"({', '.join(f'{n} × {g}' for g, n in base.gpus_by_type().items())}), ${base_cost:,.2f}/h at catalog "
-           "prices. Each candidate adds GPUs in new nodes; every option runs the same workload and policy.")
+types = list(base.type_table)
+if "wi_table" not in ss:  # the candidate rows the editor starts from (a mix search replaces them)
+    ss.wi_table = pd.DataFrame([asdict(c) for c in DEFAULT_CANDIDATES])
+    ss.wi_table_version = 0
 
 left, right = st.columns([1.3, 1], gap="large")
 with left:
-    st.markdown("**Candidates** (rows with the same name add up)")
-    frame = st.data_editor(DEFAULT_TABLE, key="wi_candidates", num_rows="dynamic", hide_index=True,
-                           width="stretch", column_config={
+    st.markdown("**Candidates** (rows with the same name add up; today's cluster is always included)")
+    version = ss.wi_table_version
+    frame = st.data_editor(ss.wi_table, key="wi_candidates" if version == 0 else f"wi_candidates_{version}",
+                           num_rows="dynamic", hide_index=True, width="stretch", column_config={
                                "candidate": st.column_config.TextColumn("candidate", required=True),
-                               "gpu_type": st.column_config.SelectboxColumn("GPU type", options=list(CATALOG),
-                                                                            required=True),
+                               "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True),
                                "count": st.column_config.NumberColumn("GPUs to add", min_value=0, step=1,
                                                                       required=True),
                                "gpus_per_node": st.column_config.NumberColumn("GPUs per node", min_value=1,
                                                                               max_value=64, step=1, default=8),
                            })
-    budget = st.number_input("Budget for the additions ($ per hour, catalog prices)", min_value=0.0, value=100.0,
-                             step=10.0, key="wi_budget")
+    c1, c2 = st.columns(2)
+    pricing = c1.radio("Cost per hour as", PRICING, horizontal=True, key="wi_pricing",
+                       help="rental: $/GPU-hour prices; owned: purchase amortised over the life + power")
+    budget = c2.number_input("Budget for the additions ($ per hour)", min_value=0.0, max_value=1e7, step=10.0,
+                             key="wi_budget")
+    with st.expander("Costs: purchase, power, rental (editable; defaults with sources)"):
+        k1, k2, k3 = st.columns(3)
+        life = k1.number_input("life (years)", min_value=0.5, max_value=20.0, step=0.5, key="wi_life",
+                               help=LIFE_SOURCE)
+        pue = k2.number_input("PUE", min_value=1.0, max_value=3.0, step=0.05, key="wi_pue", help=PUE_SOURCE)
+        kwh = k3.number_input("$ per kWh", min_value=0.0, max_value=2.0, step=0.01, format="%.3f", key="wi_kwh",
+                              help=KWH_SOURCE)
+        defaults = CostModel()
+        cost_rows = [{"GPU type": t, "purchase $": defaults.cost(t).purchase_usd if defaults.has(t) else None,
+                      "TDP W": defaults.cost(t).tdp_w if defaults.has(t) else None,
+                      "rental $/h": base.gpu(t).price_per_hour_usd,
+                      "sources": (f"{defaults.cost(t).purchase_source}; {defaults.cost(t).tdp_source}"
+                                  if defaults.has(t) else "cluster-defined type: enter a price and TDP")}
+                     for t in types]
+        costs_frame = st.data_editor(pd.DataFrame(cost_rows), key="wi_costs", hide_index=True, width="stretch",
+                                     disabled=["GPU type", "sources"], column_config={
+                                         "purchase $": st.column_config.NumberColumn(min_value=0.0, format="$%.0f"),
+                                         "TDP W": st.column_config.NumberColumn(min_value=0.0, format="%.0f"),
+                                         "rental $/h": st.column_config.NumberColumn(min_value=0.0, format="$%.2f")})
+    with st.expander("Search mixes under the budget"):
+        ss.wi_search_types = [t for t in ss.wi_search_types if t in types]  # the cluster may have changed
+        search_types = st.multiselect("GPU types to mix", types, key="wi_search_types")
+        s1, s2 = st.columns(2)
+        step = s1.number_input("GPUs per step (a server)", min_value=1, max_value=64, key="wi_search_step")
+        keep = s2.number_input("mixes to keep", min_value=1, max_value=24, key="wi_search_keep")
+        search = st.button("Replace the candidates with these mixes", key="wi_search")
+
 with right:
     st.markdown("**Workload**")
-    trace = common.trace_picker("wi")
-    c1, c2 = st.columns(2)
-    policy = c1.selectbox("Policy", list(REGISTRY), key="wi_policy",
-                          index=list(REGISTRY).index("frenzy-eft") if "frenzy-eft" in REGISTRY else 0)
-    seeds = c2.number_input("seeds", min_value=1, max_value=10, value=2, step=1, key="wi_seeds")
+    source = st.radio("Jobs from", ["a trace", "my jobs"], horizontal=True, key="wi_source")
+    if source == "a trace":
+        trace = common.trace_picker("wi")
+        workload, workload_label = trace, ss.get("wi_trace_label") or (trace.source if trace else "")
+    else:
+        st.caption("Each row: runs per week of a model, each `hours` long on `gpus` GPUs of that type (Poisson "
+                   "arrivals, drawn per seed).")
+        jobs_frame = st.data_editor(DEFAULT_JOBS, key="wi_jobs", num_rows="dynamic", hide_index=True,
+                                    width="stretch", column_config={
+                                        "model": st.column_config.SelectboxColumn(options=list(ZOO), required=True),
+                                        "runs_per_week": st.column_config.NumberColumn("runs / week", min_value=0.0),
+                                        "gpus": st.column_config.NumberColumn("GPUs", min_value=1, step=1),
+                                        "hours": st.column_config.NumberColumn("hours per run", min_value=0.0),
+                                        "gpu_type": st.column_config.SelectboxColumn("on GPU type", options=types)})
+        weeks = st.number_input("weeks to simulate", min_value=0.5, max_value=52.0, step=0.5, key="wi_weeks")
+        try:
+            workload = WeeklyJobs(tuple(
+                WeeklyJob(str(r["model"]), float(r["runs_per_week"]), int(r["gpus"]), float(r["hours"]),
+                          r["gpu_type"] if isinstance(r["gpu_type"], str) and r["gpu_type"] else None)
+                for r in jobs_frame.to_dict("records") if isinstance(r.get("model"), str)), weeks=float(weeks))
+        except (SpecError, TypeError, ValueError) as err:
+            common.show_error(err if isinstance(err, SpecError) else SpecError("jobs", f"fill every column ({err})"),
+                              "my jobs")
+            workload = None
+        workload_label = "my jobs"
+    c1, c2, c3 = st.columns(3)
+    policy = c1.selectbox("Policy", list(REGISTRY), key="wi_policy")
+    seeds = c2.number_input("seeds", min_value=1, max_value=50, step=1, key="wi_seeds",
+                            help="5 by default: with 2 seeds a 95% interval is mean ± 12.7 standard errors")
+    workers = c3.number_input("worker processes", min_value=1, max_value=64, step=1, key="wi_workers",
+                              help="1 runs in this server process; more start a process pool")
+
+
+
+def _column(records: list[dict], name: str) -> dict[str, float]:
+    """GPU type -> the cell of one cost column, for the cells the user has filled."""
+    return {r["GPU type"]: float(r[name]) for r in records
+            if r[name] is not None and not (isinstance(r[name], float) and math.isnan(r[name]))}
+
+
+try:
+    cost_records = costs_frame.to_dict("records")
+    costs = CostModel().with_overrides(
+        purchase_usd=_column(cost_records, "purchase $"), tdp_w=_column(cost_records, "TDP W"),
+        rental_usd_per_hour=_column(cost_records, "rental $/h"), life_years=float(life), pue=float(pue),
+        usd_per_kwh=float(kwh))
+except SpecError as err:
+    common.show_error(err, "costs")
+    costs = CostModel()
+
+if search:
+    try:
+        rows = search_mixes(base, search_types, float(budget), costs, pricing, step=int(step),
+                            max_candidates=int(keep))
+    except SpecError as err:
+        common.show_error(err, "mix search")
+    else:
+        if rows:
+            ss.wi_table = pd.DataFrame(rows)
+            ss.wi_table_version += 1
+            st.rerun()
+        st.warning("No mix of those types fits the budget; raise it or pick cheaper types.")
 
 try:
     candidates = build_candidates(base, frame.to_dict("records"))
@@ -61,52 +187,43 @@ except SpecError as err:
 else:
     ss.wi_last_candidates = candidates
 
-preview = pd.DataFrame([{
-    "candidate": label, "GPUs": c.total_gpus, "added GPUs": c.total_gpus - base.total_gpus,
-    "cost $/h": cluster_cost_per_hour(c), "added $/h": cluster_cost_per_hour(c) - base_cost,
-    "within budget": cluster_cost_per_hour(c) - base_cost <= budget + 1e-9,
-} for label, c in candidates.items()])
-st.dataframe(preview, hide_index=True, width="stretch", key="wi_preview", column_config={
-    "cost $/h": st.column_config.NumberColumn(format="$%.2f"),
-    "added $/h": st.column_config.NumberColumn(format="$%.2f")})
-
-run = st.button(f"Simulate {len(candidates)} options", type="primary", key="wi_run", disabled=trace is None)
-if run and trace is not None:
+n_runs = len(candidates) * int(seeds)
+b1, b2 = st.columns([3, 1])
+run = b1.button(f"Simulate {len(candidates)} options x {int(seeds)} seeds ({n_runs} runs)", type="primary",
+                key="wi_run", disabled=workload is None)
+b2.button("Cancel", key="wi_cancel", help="stops a running what-if (the pool's runs are stopped)")
+if ss.get("wi_cancel") and not run:
+    st.info("Cancelled; the last finished what-if is shown below.")
+if run and workload is not None:
     bar = st.progress(0, text="Starting…")
-    rows = []
+
+    def progress(done: float, total: int) -> None:
+        bar.progress(min(100, int(100 * done / max(total, 1))), text=f"{done:.1f} of {total} runs")
+
     try:
-        n = len(candidates)
-        for i, (label, cl) in enumerate(candidates.items()):
-            def progress(f: float, i=i, label=label) -> None:
-                bar.progress(min(100, int(100 * (i + f) / n)), text=f"Simulating {label} ({i + 1}/{n})")
-            res = simulate_seeds(trace, cl, policy, seeds=range(int(seeds)), options=SimOptions(), progress=progress,
-                                 workload_cluster=base)  # every candidate runs the same LLM jobs
-            avg, lo, hi = res.ci("avg_jct_s")
-            m = res.summary_dict()
-            cost = cluster_cost_per_hour(cl)
-            rows.append({"candidate": label, "GPUs": cl.total_gpus, "cost $/h": cost, "added $/h": cost - base_cost,
-                         "avg JCT h": avg / HOUR, "CI low h": lo / HOUR, "CI high h": hi / HOUR,
-                         "p99 JCT h": m["p99_jct_s"] / HOUR, "avg queue h": m["avg_queue_s"] / HOUR,
-                         "utilisation": res.ci("avg_utilisation")[0], "OOM failures": m["oom_failures"],
-                         "completed": m["completed"], "jobs": m["jobs"]})
+        ss.wi_whatif = run_whatif(base, candidates, workload, workload_label=workload_label, policy=policy,
+                                  seeds=range(int(seeds)), budget_per_hour=float(budget), pricing=pricing,
+                                  costs=costs, backend="local", workers=int(workers), progress=progress)
     except SpecError as err:
         common.show_error(err, "simulation")
-    else:
-        table = pd.DataFrame(rows)
-        table["within budget"] = table["added $/h"] <= budget + 1e-9
-        table["on frontier"] = pareto_front(table["cost $/h"].tolist(), table["avg JCT h"].tolist())
-        ss.wi_results = table
-        no_ci = " (no 95% interval with one seed: CI columns n/a)" if int(seeds) < 2 else ""
-        ss.wi_meta = (f"{policy} on {ss.get('wi_trace_label') or trace.source} ({len(trace.jobs)} jobs), "
-                      f"{int(seeds)} seed(s){no_ci}; budget ${budget:,.0f}/h for additions")
     bar.empty()
 
-table = ss.get("wi_results")
-if table is None:
+result = ss.get("wi_whatif")
+if result is None:
     st.info("Edit the candidates, budget and workload, then **Simulate**. Today's cluster is always included.")
 else:
+    table = pd.DataFrame([{
+        "candidate": c.candidate, "GPUs": c.gpus, "cost $/h": c.cost_per_hour, "added $/h": c.added_cost_per_hour,
+        "purchase $": c.tco.purchase_usd, "TCO over life $": c.tco.tco_usd,
+        "avg JCT h": c.avg_jct_s / HOUR, "CI low h": c.ci_low_s / HOUR, "CI high h": c.ci_high_s / HOUR,
+        "p99 JCT h": c.p99_jct_s / HOUR, "avg queue h": c.avg_queue_s / HOUR, "utilisation": c.avg_utilisation,
+        "OOM failures": c.oom_failures, "completed": c.completed, "jobs": c.jobs, "within budget": c.within_budget,
+        "on frontier": c.on_frontier} for c in result.candidates])
+    ss.wi_results = table
     st.subheader("Average JCT against cost", anchor=False)
-    st.caption(ss.get("wi_meta", ""))
+    no_ci = " (one seed: no 95% interval)" if len(result.seeds) < 2 else ""
+    st.caption(f"{result.policy} on {result.workload}, {len(result.seeds)} seed(s){no_ci}; budget "
+               f"${result.budget_per_hour:,.2f}/h for additions at {result.pricing} prices; {result.wall_s:.1f} s")
     fig = go.Figure()
     front = table[table["on frontier"]].sort_values("cost $/h")
     fig.add_scatter(x=front["cost $/h"], y=front["avg JCT h"], mode="lines", name="frontier",
@@ -118,20 +235,28 @@ else:
         fig.add_scatter(
             x=part["cost $/h"], y=part["avg JCT h"], mode="markers+text", name=name, text=part["candidate"],
             textposition="top center", marker=dict(size=13, symbol=symbol, color="#1565c0" if ok else "#c62828"),
-            error_y=dict(type="data", array=part["CI high h"] - part["avg JCT h"],
-                         arrayminus=part["avg JCT h"] - part["CI low h"]))
-    limit = base_cost + (ss.get("wi_budget") or 0.0)
-    fig.add_vline(x=limit, line_dash="dot", line_color="#c62828", annotation_text="budget")
-    fig.update_layout(xaxis_title="cluster cost ($/h, catalog prices)", yaxis_title="average JCT (h), 95% CI",
+            error_y=dict(type="data", array=(part["CI high h"] - part["avg JCT h"]).fillna(0),
+                         arrayminus=(part["avg JCT h"] - part["CI low h"]).fillna(0)))
+    today_cost = result.row(TODAY).cost_per_hour
+    fig.add_vline(x=today_cost + result.budget_per_hour, line_dash="dot", line_color="#c62828",
+                  annotation_text="budget")
+    fig.update_layout(xaxis_title=f"cluster cost ($/h, {result.pricing})", yaxis_title="average JCT (h), 95% CI",
                       height=420, margin=dict(l=10, r=10, t=30, b=10))
     st.plotly_chart(fig, key="wi_frontier", width="stretch")
-    best = table[table["within budget"]].sort_values(["avg JCT h", "cost $/h"]).head(1)
-    if not best.empty:
-        b = best.iloc[0]
-        st.success(f"Within budget, **{b['candidate']}** gives the lowest average JCT: {b['avg JCT h']:.2f} h at "
-                   f"${b['cost $/h']:,.2f}/h ({b['added $/h']:+,.2f}/h).")
+    if result.best_within_budget is None:
+        st.warning(result.message, icon=":material/warning:")
+    elif result.significant:
+        st.success(result.message)
+    else:
+        st.warning(result.message, icon=":material/balance:")
+    for note in result.notes:
+        st.caption(f"Note: {note}")
     st.dataframe(table, hide_index=True, width="stretch", key="wi_table", column_config={
-        k: st.column_config.NumberColumn(format="%.2f") for k in
-        ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")})
+        **{k: st.column_config.NumberColumn(format="%.2f") for k in
+           ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")},
+        **{k: st.column_config.NumberColumn(format="$%.0f") for k in ("purchase $", "TCO over life $")}})
     st.download_button("Download table (CSV)", table.to_csv(index=False), file_name="gpu_mix_whatif.csv",
                        mime="text/csv", key="wi_csv", icon=":material/download:")
+
+for _key in SETTINGS:
+    ss[f"kept_{_key}"] = ss[_key]

@@ -1,0 +1,314 @@
+"""Sweeps: a grid of candidate clusters x policies x workloads x seeds, expanded into independent simulation runs,
+run on a backend, and gathered into one table with the per-group means and 95% intervals the what-if reports.
+
+Each run is a pure function of its inputs (`run_one`): the trace (or a workload that draws one per seed) is mapped to
+LLM jobs on the grid's *base* cluster with the run's seed, then simulated on the candidate cluster; that is
+`simulate_seeds(..., seeds=[seed], workload_cluster=base)`, so one sweep row equals one seed of a direct
+`simulate_seeds` call. The table is ordered by the grid (never by completion order), so every backend gives the
+same table; only the wall-clock columns (`TIMING_KEYS`) differ between runs.
+
+Backends (`run_sweep`):
+- ``local``: a `concurrent.futures.ProcessPoolExecutor` of `workers` processes (spawned, so it is safe inside a
+  threaded server such as Streamlit); one worker runs in this process, with no pool to start.
+- ``ray``: Ray core tasks. ``ray.init()`` starts a local cluster of `workers` CPUs, ``address`` joins an existing
+  one (the frenzy_core package is shipped to it as a runtime_env py_module); the grid is sent once with
+  ``ray.put`` and every task gets its reference. No Ray Tune: its per-trial overhead dwarfs sub-second runs.
+
+Stopping: an exception out of the `progress` callback (a Streamlit rerun on Cancel) or KeyboardInterrupt (Ctrl-C)
+cancels the runs not started, stops the running ones (pool workers are terminated, Ray tasks force-cancelled) and
+propagates; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from frenzy_core import metrics
+from frenzy_core.cluster import Cluster
+from frenzy_core.errors import SpecError
+from frenzy_core.policies import REGISTRY
+from frenzy_core.simulate import SimOptions, simulate_seeds
+
+BACKENDS = ("local", "ray")
+# Per-run metrics kept in the table (scalars of SimResult.metrics()).
+ROW_KEYS = ("jobs", "completed", "gave_up", "rejected", "avg_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s",
+            "avg_queue_s", "makespan_s", "gpu_hours", "avg_utilisation", "oom_failures", "restarts",
+            "sched_overhead_ms_per_decision", "wall_s")
+TIMING_KEYS = ("sched_overhead_ms_per_decision", "wall_s")  # wall-clock measurements: differ run to run
+GROUP_KEYS = ("workload", "candidate", "policy")  # one aggregate per group, over its seeds
+
+Progress = Callable[[float, int], None]  # (runs done, possibly fractional; runs in all)
+
+
+def workload_trace(workload: Any, seed: int):
+    """The trace one run simulates: `workload.trace_for(seed)` for a workload that draws its jobs per seed (e.g.
+    `whatif.WeeklyJobs`), else the workload itself (a `traces.Trace`, mapped anew per seed by the simulator)."""
+    draw = getattr(workload, "trace_for", None)
+    return draw(seed) if callable(draw) else workload
+
+
+@dataclass(frozen=True)
+class Run:
+    """One cell of the grid: which workload, candidate, policy and seed."""
+
+    index: int  # position in `Grid.runs()`: the table's row order
+    workload: str
+    candidate: str
+    policy: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What to sweep. Labels are the table's keys; every value is picklable (shipped to workers as is)."""
+
+    base: Cluster  # today's cluster: every candidate runs the jobs mapped on it (the same LLM jobs everywhere)
+    candidates: tuple[tuple[str, Cluster], ...]  # (label, cluster), in table order
+    policies: tuple[str, ...]
+    seeds: tuple[int, ...]
+    workloads: tuple[tuple[str, Any], ...]  # (label, Trace or an object with trace_for(seed))
+    options: SimOptions = field(default_factory=SimOptions)
+
+    def __post_init__(self) -> None:
+        for name, seq in (("candidates", self.candidates), ("policies", self.policies), ("seeds", self.seeds),
+                          ("workloads", self.workloads)):
+            if not seq:
+                raise SpecError(name, f"the sweep needs at least one of {name}")
+        for p in self.policies:
+            if p not in REGISTRY:
+                raise SpecError("policies", f"unknown policy {p!r}; choose from: {', '.join(REGISTRY)}")
+        for name, labels in (("candidates", [c for c, _ in self.candidates]),
+                             ("workloads", [w for w, _ in self.workloads])):
+            if len(set(labels)) != len(labels):
+                raise SpecError(name, f"labels must be unique, got {labels}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise SpecError("seeds", f"seeds must be distinct, got {list(self.seeds)}")
+
+    @classmethod
+    def make(cls, base: Cluster, candidates: Mapping[str, Cluster], policies: Iterable[str], seeds: Iterable[int],
+             workloads: Mapping[str, Any], options: SimOptions | None = None) -> Grid:
+        return cls(base=base, candidates=tuple(candidates.items()), policies=tuple(policies),
+                   seeds=tuple(int(s) for s in seeds), workloads=tuple(workloads.items()),
+                   options=options or SimOptions())
+
+    def runs(self) -> tuple[Run, ...]:
+        """Every run, workload-major then candidate, policy, seed (the table's order).
+
+        >>> from frenzy_core.cluster import parse_cluster_yaml
+        >>> c = parse_cluster_yaml("nodes: [{name: a, gpu_type: T4, num_gpus: 2}]")
+        >>> g = Grid.make(c, {"today": c}, ["fcfs", "frenzy"], [0, 1], {"w": None})
+        >>> [(r.policy, r.seed) for r in g.runs()]
+        [('fcfs', 0), ('fcfs', 1), ('frenzy', 0), ('frenzy', 1)]
+        """
+        out = []
+        for w, _ in self.workloads:
+            for c, _ in self.candidates:
+                for p in self.policies:
+                    for s in self.seeds:
+                        out.append(Run(len(out), w, c, p, s))
+        return tuple(out)
+
+    def part(self, run: Run) -> Grid:
+        """The grid cut down to what `run` needs (its candidate and workload): what a pool task carries."""
+        return Grid(base=self.base, candidates=((run.candidate, dict(self.candidates)[run.candidate]),),
+                    policies=(run.policy,), seeds=(run.seed,),
+                    workloads=((run.workload, dict(self.workloads)[run.workload]),), options=self.options)
+
+
+def run_one(grid: Grid, run: Run, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """Simulate one run; its table row: the run's labels, `ROW_KEYS` (floats; NaN where undefined) and
+    `workload_fallbacks`."""
+    trace = workload_trace(dict(grid.workloads)[run.workload], run.seed)
+    cluster = dict(grid.candidates)[run.candidate]
+    res = simulate_seeds(trace, cluster, run.policy, seeds=[run.seed], options=grid.options, progress=progress,
+                         workload_cluster=grid.base).results[0]
+    m = res.metrics()
+    row: dict[str, Any] = {"workload": run.workload, "candidate": run.candidate, "policy": run.policy,
+                           "seed": run.seed}
+    for k in ROW_KEYS:
+        v = m[k]
+        row[k] = int(v) if k in metrics.COUNT_KEYS or k == "restarts" else float(v)
+    row["workload_fallbacks"] = int(res.workload_fallbacks)  # jobs whose model did not fit and took a smaller one
+    return row
+
+
+@dataclass(frozen=True)
+class SweepTable:
+    """The gathered rows (grid order) and how long the sweep took."""
+
+    rows: tuple[dict[str, Any], ...]
+    wall_s: float
+    backend: str
+    workers: int
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(list(self.rows))
+
+    def samples(self, key: str = "avg_jct_s") -> dict[tuple[str, str, str], tuple[float, ...]]:
+        """(workload, candidate, policy) -> the metric over its seeds, in seed order of the grid."""
+        out: dict[tuple[str, str, str], list[float]] = {}
+        for r in self.rows:
+            out.setdefault(tuple(r[k] for k in GROUP_KEYS), []).append(r[key])
+        return {g: tuple(v) for g, v in out.items()}
+
+    def aggregate(self, key: str = "avg_jct_s", confidence: float = 0.95) -> list[dict[str, Any]]:
+        """One row per group: seeds, mean and the Student-t interval over seeds (`metrics.mean_ci`, the same as
+        `MultiSeedResult.ci`; NaN bounds with one seed, clipped at 0 for non-negative metrics)."""
+        out = []
+        for g, vals in self.samples(key).items():
+            mean, lo, hi = metrics.mean_ci(vals, confidence, nonnegative=key in metrics.NONNEGATIVE_KEYS)
+            out.append({**dict(zip(GROUP_KEYS, g, strict=True)), "seeds": len(vals), key: mean,
+                        f"{key}_ci_low": lo, f"{key}_ci_high": hi})
+        return out
+
+    def deterministic_rows(self) -> list[dict[str, Any]]:
+        """The rows without the wall-clock columns: what must be equal on every backend."""
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in self.rows]
+
+
+def default_workers() -> int:
+    """All cores but one (the caller's), at least 1."""
+    return max(1, (os.cpu_count() or 1) - 1)
+
+
+def run_sweep(grid: Grid, backend: str = "local", workers: int | None = None, address: str | None = None,
+              progress: Progress | None = None) -> SweepTable:
+    """Run every cell of `grid` on `backend` and gather the table (see the module docstring).
+
+    `progress(done, total)` is called as runs finish (and, with one local worker, during a run); an exception it
+    raises stops the sweep cleanly and propagates.
+    """
+    if backend not in BACKENDS:
+        raise SpecError("backend", f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise SpecError("workers", f"must be a whole number >= 1, got {workers!r}")
+    if address is not None and backend != "ray":
+        raise SpecError("address", "only the ray backend connects to a cluster; add --backend ray")
+    runs = grid.runs()
+    # A local pool leaves a core to the caller; a Ray cluster of our own gets every core (the driver only waits).
+    n_workers = workers or (os.cpu_count() or 1 if backend == "ray" else default_workers())
+    t0 = time.perf_counter()
+    if backend == "ray":
+        rows = _run_ray(grid, runs, n_workers, address, progress)
+    elif n_workers == 1 or len(runs) == 1:
+        rows = _run_here(grid, runs, progress)
+        n_workers = 1
+    else:
+        rows = _run_pool(grid, runs, min(n_workers, len(runs)), progress)
+    return SweepTable(rows=tuple(rows), wall_s=time.perf_counter() - t0, backend=backend, workers=n_workers)
+
+
+def _run_here(grid: Grid, runs: Sequence[Run], progress: Progress | None) -> list[dict[str, Any]]:
+    rows = []
+    total = len(runs)
+    for i, r in enumerate(runs):
+        sub = None if progress is None else (lambda f, i=i: progress(i + f, total))
+        rows.append(run_one(grid, r, sub))
+    return rows
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which cancels and stops them (no traceback from every worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_pool(grid: Grid, runs: Sequence[Run], workers: int, progress: Progress | None) -> list[dict[str, Any]]:
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
+    rows: list[dict[str, Any] | None] = [None] * len(runs)
+    try:
+        pending = {pool.submit(run_one, grid.part(r), r): r.index for r in runs}
+        done_count = 0
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                rows[pending.pop(fut)] = fut.result()
+                done_count += 1
+            if progress is not None:
+                progress(done_count, len(runs))
+    except BaseException:
+        # shutdown() lets running tasks finish (a sia run can take a minute); stop them now. The executor keeps
+        # its worker processes in `_processes` (cleared by shutdown, so read first); Python 3.14 has
+        # terminate_workers() for this.
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(timeout=5)
+        raise
+    pool.shutdown(wait=True)
+    return rows  # type: ignore[return-value]
+
+
+def ray_available() -> str | None:
+    """None when Ray can be imported, else why not (for a clear error or a test skip)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as err:
+        return f"ray is not installed ({err}); pip install 'frenzy-planner[ray]'"
+    return None
+
+
+def _run_ray(grid: Grid, runs: Sequence[Run], workers: int, address: str | None,
+             progress: Progress | None) -> list[dict[str, Any]]:
+    why = ray_available()
+    if why:
+        raise SpecError("backend", why)
+    import ray
+
+    import frenzy_core
+
+    started = False
+    if not ray.is_initialized():
+        if address:
+            # The cluster's workers run the same frenzy_core as this driver (same answers on every backend).
+            ray.init(address=address, runtime_env={"py_modules": [frenzy_core]}, log_to_driver=False)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        started = True
+    pending: list = []
+    try:
+        grid_ref = ray.put(grid)  # shipped once; every task gets the reference
+        task = ray.remote(num_cpus=1)(run_one)
+        refs = [task.remote(grid_ref, r) for r in runs]
+        where = {ref: i for i, ref in enumerate(refs)}
+        rows: list[dict[str, Any] | None] = [None] * len(runs)
+        pending = list(refs)
+        done_count = 0
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+            for ref, row in zip(done, ray.get(done), strict=True):
+                rows[where[ref]] = row
+            done_count += len(done)
+            if done and progress is not None:
+                progress(done_count, len(runs))
+        return rows  # type: ignore[return-value]
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities as None, recursively (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value

@@ -1,0 +1,238 @@
+"""Sweeps: the grid expands into every (workload, candidate, policy, seed) once, in a fixed order; a row is one seed of
+a direct simulate_seeds call; the aggregates are MultiSeedResult's CIs; every backend gives the same table; a stop
+leaves no worker behind; bad input names the field; `frenzy sweep --json` carries the documented keys."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from frenzy_core.cli import main
+from frenzy_core.cluster import load_cluster
+from frenzy_core.errors import SpecError
+from frenzy_core.simulate import simulate_seeds
+from frenzy_core.sweep import GROUP_KEYS, TIMING_KEYS, Grid, json_safe, ray_available, run_one, run_sweep
+from frenzy_core.traces import bundled_traces, load_trace
+from frenzy_core.whatif import WeeklyJob, WeeklyJobs, add_gpus
+
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = REPO / "sample_clusters" / "modern-mixed.yaml"
+PHILLY, PHILLY_FMT = bundled_traces()["philly-2000"]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_cluster(CLUSTER)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_trace(str(PHILLY), PHILLY_FMT, limit=20)
+
+
+@pytest.fixture(scope="module")
+def grid(base, trace):
+    return Grid.make(base, {"today": base, "+16 L40S": add_gpus(base, "L40S", 16)}, ["fcfs", "frenzy-eft"],
+                     [0, 1], {"philly": trace})
+
+
+@pytest.fixture(scope="module")
+def here(grid):
+    """The grid run in this process: the reference table the other backends must reproduce."""
+    return run_sweep(grid, "local", workers=1)
+
+
+def test_grid_expands_every_cell_once_in_workload_candidate_policy_seed_order(grid):
+    runs = grid.runs()
+    cells = [(r.workload, r.candidate, r.policy, r.seed) for r in runs]
+    assert len(cells) == len(set(cells)) == 1 * 2 * 2 * 2
+    assert cells == sorted(cells, key=lambda c: (["today", "+16 L40S"].index(c[1]), c[2], c[3]))
+    assert [r.index for r in runs] == list(range(len(runs)))
+
+
+def test_a_row_is_one_seed_of_a_direct_simulate_seeds_call(base, trace, grid):
+    run = next(r for r in grid.runs() if r.candidate == "+16 L40S" and r.policy == "frenzy-eft" and r.seed == 1)
+    row = run_one(grid, run)
+    direct = simulate_seeds(trace, dict(grid.candidates)["+16 L40S"], "frenzy-eft", seeds=[0, 1],
+                            workload_cluster=base).results[1].metrics()
+    for key in ("avg_jct_s", "p99_jct_s", "makespan_s", "gpu_hours", "completed", "jobs"):
+        assert row[key] == direct[key], key
+
+
+def test_aggregates_are_the_multi_seed_confidence_intervals(base, trace, grid, here):
+    agg = {(a["candidate"], a["policy"]): a for a in here.aggregate("avg_jct_s")}
+    assert set(agg) == {(c, p) for c, _ in grid.candidates for p in grid.policies}
+    for (c, p), a in agg.items():
+        ms = simulate_seeds(trace, dict(grid.candidates)[c], p, seeds=[0, 1], workload_cluster=base)
+        assert (a["avg_jct_s"], a["avg_jct_s_ci_low"], a["avg_jct_s_ci_high"]) == ms.ci("avg_jct_s")
+        assert a["seeds"] == 2
+
+
+def test_rows_come_back_in_grid_order_with_labels(grid, here):
+    assert [tuple(r[k] for k in (*GROUP_KEYS, "seed")) for r in here.rows] == \
+        [(r.workload, r.candidate, r.policy, r.seed) for r in grid.runs()]
+
+
+def test_the_process_pool_gives_the_same_table_as_one_process(grid, here):
+    pool = run_sweep(grid, "local", workers=2)
+    assert pool.workers == 2
+    assert pool.deterministic_rows() == here.deterministic_rows()
+    assert not multiprocessing.active_children()
+
+
+def test_deterministic_rows_drop_only_the_wall_clock_columns(here):
+    row, kept = here.rows[0], here.deterministic_rows()[0]
+    assert set(row) - set(kept) == set(TIMING_KEYS)
+
+
+def test_an_exception_from_progress_stops_the_pool_and_leaves_no_worker(grid):
+    calls = []
+
+    def stop(done, total):
+        calls.append(done)
+        raise KeyboardInterrupt  # what Ctrl-C (or a Streamlit rerun on Cancel) looks like from inside the loop
+
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(grid, "local", workers=2, progress=stop)
+    assert calls == [calls[0]]  # stopped at the first report, did not carry on
+    assert time.perf_counter() - t0 < 30
+    assert not multiprocessing.active_children()
+
+
+def test_an_exception_from_progress_stops_an_in_process_sweep_mid_run(grid):
+    seen = []
+
+    def stop(done, total):
+        seen.append(done)
+        if done > 0:
+            raise RuntimeError("cancel")
+
+    with pytest.raises(RuntimeError):
+        run_sweep(grid, "local", workers=1, progress=stop)
+    assert max(seen) < 1  # stopped inside the first run (the simulator reports every ~1% of jobs)
+
+
+def test_weekly_jobs_draw_their_arrivals_per_seed_inside_the_sweep(base):
+    mine = WeeklyJobs((WeeklyJob("gpt2", 20.0, 1, 1.0),), weeks=1.0)
+    g = Grid.make(base, {"today": base}, ["fcfs"], [0, 1], {"mine": mine})
+    rows = run_sweep(g, "local", workers=1).rows
+    assert [r["jobs"] for r in rows] == [len(mine.trace_for(0).jobs), len(mine.trace_for(1).jobs)]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"backend": "slurm"}, "backend"), ({"workers": 0}, "workers"), ({"workers": 1.5}, "workers"),
+    ({"address": "auto"}, "address"),
+])
+def test_bad_run_arguments_name_the_field(grid, kwargs, field):
+    with pytest.raises(SpecError) as err:
+        run_sweep(grid, **kwargs)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"policies": ["no-such-policy"]}, "policies"), ({"seeds": []}, "seeds"), ({"seeds": [1, 1]}, "seeds"),
+    ({"candidates": {}}, "candidates"),
+])
+def test_a_bad_grid_names_the_field(base, trace, change, field):
+    args = {"candidates": {"today": base}, "policies": ["fcfs"], "seeds": [0], **change}
+    with pytest.raises(SpecError) as err:
+        Grid.make(base, args["candidates"], args["policies"], args["seeds"], {"w": trace})
+    assert err.value.field == field
+
+
+def test_json_safe_turns_nan_into_null():
+    assert json.dumps(json_safe({"a": [float("nan"), 1.0], "b": float("inf")})) == '{"a": [null, 1.0], "b": null}'
+
+
+def test_cli_sweep_json_has_a_row_per_run_and_the_wall_time(capsys):
+    code = main(["sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY), "--trace-format", "philly",
+                 "--limit-jobs", "20", "--policies", "fcfs,frenzy-eft", "--add", "L40S:16", "--seeds", "2",
+                 "--workers", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["runs"] == len(out["results"]) == 2 * 2 * 2 and out["wall_s"] > 0
+    assert {"candidate", "policy", "seed", "avg_jct_s"} <= set(out["results"][0])
+    assert {r["candidate"] for r in out["results"]} == {"today", "+16 L40S"}
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    (["--policies", "nope"], "policies"), (["--add", "L40S"], "add"), (["--seeds", "0"], "seeds"),
+    (["--workers", "0"], "workers"), (["--address", "auto"], "address"),
+])
+def test_cli_sweep_bad_input_exits_2_with_one_line(capsys, extra, field):
+    code = main(["sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY), "--limit-jobs", "5", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and field in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# --- Ray: one local cluster of 2 CPUs for the module --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_cluster():
+    why = ray_available()
+    if why:
+        pytest.skip(f"Ray tests need ray: {why}")
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_gives_the_same_table_as_one_process(ray_cluster, grid, here):
+    got = run_sweep(grid, "ray", workers=2)
+    assert got.backend == "ray"
+    assert got.deterministic_rows() == here.deterministic_rows()
+    assert ray_cluster.is_initialized()  # a cluster the caller started is left running for the caller
+
+
+def test_cli_sweep_on_ray_gives_the_same_results_as_local(ray_cluster, capsys):
+    argv = ["sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY), "--limit-jobs", "20", "--policies",
+            "frenzy-eft", "--add", "L40S:16", "--seeds", "2", "--json"]
+    assert main([*argv, "--backend", "ray"]) == 0
+    ray_rows = json.loads(capsys.readouterr().out)["results"]
+    assert main([*argv, "--backend", "local", "--workers", "1"]) == 0
+    local_rows = json.loads(capsys.readouterr().out)["results"]
+    strip = [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in ray_rows]
+    assert strip == [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in local_rows]
+
+
+def test_ctrl_c_on_frenzy_sweep_exits_130_with_one_line_and_no_process_left(tmp_path):
+    """A real SIGINT to the process group, as a terminal's Ctrl-C sends it, while a 2-worker pool runs."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frenzy_core.cli", "sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY),
+         "--limit-jobs", "400", "--policies", "frenzy-eft,fcfs", "--add", "L40S:16", "--add", "H100-80GB:16",
+         "--seeds", "20", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 90
+    while not any("runs" in line for line in lines) and time.monotonic() < deadline:  # a run has finished: the
+        time.sleep(0.1)  # pool's workers are up and simulating
+    assert proc.poll() is None, "".join(lines)
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(lines)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err, err
+    deadline = time.monotonic() + 10  # the workers are stopped; the resource tracker's zombie is reaped by init
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):  # no process left in the group
+        os.killpg(proc.pid, 0)
