@@ -19,7 +19,8 @@ EXIT_BAD_INPUT = 2
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", default="gpt2", help="zoo model name (see `frenzy models`); default gpt2")
-    src.add_argument("--config", help="path to a Hugging Face config.json (GPT-2, Llama, Mistral, Qwen2, Mixtral)")
+    src.add_argument("--config", help="path to a Hugging Face config.json (GPT-2, Llama, Mistral, Qwen2, Mixtral; "
+                     "Gemma-2/3, Phi-3/4, Qwen3, DeepSeek-V2/V3, OLMo-2: docs/models.md)")
     src.add_argument("--spec", help="path to a JSON or YAML file of ModelSpec fields (shapes config.json cannot "
                      "express, e.g. GELU with GQA); see docs/models.md")
 

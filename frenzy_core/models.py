@@ -349,9 +349,18 @@ class ModelSpec(BaseModel):
 
     def total_layer_parameters(self) -> int:
         """All decoder layers, exactly (dense-first MoE: k dense layers + (l - k) MoE layers)."""
+        return self.layers_parameters(0, self.num_layers)
+
+    def layers_parameters(self, start: int, stop: int) -> int:
+        """Layers start, ..., stop - 1 exactly: what one pipeline stage holds (DeepSeek's first stage has the
+        dense layers)."""
+        if not 0 <= start <= stop <= self.num_layers:
+            raise SpecError("layer", f"need 0 <= start <= stop <= {self.num_layers}, got {start}..{stop}")
+        n = stop - start
+        moe_layers = max(0, stop - max(start, self.first_k_dense)) if self.is_moe else 0
         per_layer = self.attention_parameters() + 2 * self.norm_parameters()
-        moe = self.num_moe_layers * self.moe_mlp_parameters() if self.is_moe else 0
-        return self.num_layers * per_layer + self.num_dense_layers * self.dense_mlp_parameters() + moe
+        moe = moe_layers * self.moe_mlp_parameters() if moe_layers else 0
+        return n * per_layer + (n - moe_layers) * self.dense_mlp_parameters() + moe
 
     def total_active_layer_parameters(self) -> int:
         """Decoder-layer parameters one token touches, summed over all layers."""

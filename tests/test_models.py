@@ -238,6 +238,9 @@ def test_dense_first_layers_differ_and_the_mean_keeps_totals_exact():
     # memory.py and perf.py multiply the per-layer figure by num_layers: the mean makes that the exact total
     assert m.num_layers * m.layer_parameters() == pytest.approx(m.total_layer_parameters(), rel=1e-15)
     assert m.max_layer_parameters() == m.layer_parameters(60)
+    # a pipeline stage's layers, summed one by one: the first of 4 stages of 15/16 layers holds the 3 dense ones
+    for start, stop in ((0, 15), (2, 5), (15, 30), (45, 61), (7, 7)):
+        assert m.layers_parameters(start, stop) == sum(m.layer_parameters(i) for i in range(start, stop))
     with pytest.raises(SpecError, match="layer"):
         m.layer_parameters(61)
 
