@@ -6,15 +6,25 @@ Qwen2ForCausalLM, MixtralForCausalLM) so that `parameter_count()` equals `sum(p.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error, read_text_file
+from frenzy_core.limits import (
+    MAX_EXPERTS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MODEL_LIMITS,
+    check_size,
+    check_upper_limits,
+    divisors,
+    load_json,
+    load_yaml,
+)
 
 MlpKind = Literal["gelu", "swiglu"]
 PositionKind = Literal["learned", "rotary"]
@@ -33,11 +43,12 @@ _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_p
 _OPTIONAL_POSITIVE_INTS = ("ffn_size", "expert_ffn_size", "head_size", "sliding_window", "q_lora_rank",
                            "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MLA_DIMS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-# Upper bounds well above any published model (widest: h 18432; most experts: 256; longest context: 10M tokens),
-# so that a typo cannot build a 10^20-parameter model that overflows the memory arithmetic.
-MAX_WIDTH = 2**20  # hidden_size, ffn widths, head dims, low-rank dims, sliding_window
-_LIMITS = {"vocab_size": 2**24, "num_layers": 2**14, "num_heads": 2**14, "num_kv_heads": 2**14,
-           "max_positions": 2**27, "num_experts": 2**16, "num_shared_experts": 2**10}
+# Upper bounds of the fields added for the newer families, next to limits.MODEL_LIMITS (same rationale).
+_NEW_FIELD_LIMITS = {
+    **{f: MAX_HIDDEN for f in ("head_size", "q_lora_rank", "kv_lora_rank", *_MLA_DIMS)},
+    "sliding_window": MAX_SEQ_LEN, "full_attention_every": MAX_LAYERS, "first_k_dense": MAX_LAYERS,
+    "num_shared_experts": MAX_EXPERTS,
+}
 
 
 class ModelSpec(BaseModel):
@@ -87,6 +98,8 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
+        check_upper_limits(self, MODEL_LIMITS)
+        check_upper_limits(self, _NEW_FIELD_LIMITS)
         for field in _POSITIVE_INTS:
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
@@ -94,10 +107,6 @@ class ModelSpec(BaseModel):
             value = getattr(self, field)
             if value is not None and value <= 0:
                 raise ValueError(f"{field} must be a positive integer (or null for the default), got {value}")
-        for field in ("hidden_size", *_OPTIONAL_POSITIVE_INTS, *_LIMITS):
-            value, limit = getattr(self, field), _LIMITS.get(field, MAX_WIDTH)
-            if value is not None and value > limit:
-                raise ValueError(f"{field} must be at most {limit:,}, got {value:,}; check the value")
         mla_dims = {f: getattr(self, f) for f in _MLA_DIMS}
         if self.kv_lora_rank is not None:
             missing = [f for f, v in mla_dims.items() if v is None]
@@ -402,7 +411,7 @@ class ModelSpec(BaseModel):
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return divisors(n)
 
 
 def make_model(**fields) -> ModelSpec:
@@ -710,7 +719,7 @@ ZOO: dict[str, ModelSpec] = {
 }
 
 
-MAX_SPEC_FILE_BYTES = 1 << 20  # a ModelSpec is a few dozen scalars; anything larger is not one
+MAX_SPEC_FILE_BYTES = 1 << 20  # 1 MiB: a ModelSpec is a few dozen scalars (limits.py allows 4 MiB for others)
 
 
 def load_model_spec(path: str | Path) -> ModelSpec:
@@ -730,8 +739,7 @@ def load_model_spec(path: str | Path) -> ModelSpec:
         raise SpecError("spec", f"{p.name} is {p.stat().st_size:,} bytes; a model spec file must be at most "
                         f"{MAX_SPEC_FILE_BYTES:,} bytes (1 MiB)")
     text = read_text_file(p, "spec", "a JSON or YAML file of ModelSpec fields")
-    if len(text.encode()) > MAX_SPEC_FILE_BYTES:  # the file grew between stat and read
-        raise SpecError("spec", f"{p.name} is over {MAX_SPEC_FILE_BYTES:,} bytes (1 MiB)")
+    check_size(text, "spec", MAX_SPEC_FILE_BYTES, p.name)  # the file may have grown since stat()
     data = _parse_spec_text(text, p.name, as_json=p.suffix.lower() == ".json")
     if not isinstance(data, dict):
         raise SpecError("spec", f"must be a mapping of ModelSpec fields (e.g. hidden_size: 4096), got "
@@ -753,31 +761,14 @@ def load_model_spec(path: str | Path) -> ModelSpec:
 
 
 def _parse_spec_text(text: str, source: str, as_json: bool):
-    if as_json:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError("spec", f"not valid JSON (line {err.lineno}: {err.msg})", source=source) from None
-    try:
-        # Aliases would let a small file expand into a huge object graph ("billion laughs"): refuse them outright.
-        if any(isinstance(token, (yaml.AliasToken, yaml.AnchorToken)) for token in yaml.scan(text)):
-            raise SpecError("spec", "YAML anchors and aliases (&name, *name) are not allowed; write each value out",
-                            source=source)
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise SpecError("spec", f"not valid YAML{where}: {getattr(err, 'problem', None) or err}",
-                        source=source) from None
+    # limits.load_yaml refuses aliases (a small file must not expand into a huge object graph) and bounds events
+    loader = load_json if as_json else load_yaml
+    return loader(text, "spec", source=source, limit=MAX_SPEC_FILE_BYTES)
 
 
 def parse_hf_config_text(text: str, name: str | None = None) -> ModelSpec:
     """A config.json's text (pasted, uploaded or read from disk) -> ModelSpec; bad JSON names its line."""
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError("config.json", f"not valid JSON (line {err.lineno}: {err.msg}); give the file's whole "
-                        "text") from None
+    config = load_json(text, "config.json")
     return model_from_hf_config(config, name=name)
 
 
