@@ -60,7 +60,10 @@ def _skipped_rows(trace) -> dict:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", default="gpt2", help="zoo model name (see `frenzy models`); default gpt2")
-    src.add_argument("--config", help="path to a Hugging Face config.json (GPT-2, Llama, Mistral, Qwen2, Mixtral)")
+    src.add_argument("--config", help="path to a Hugging Face config.json (GPT-2, Llama, Mistral, Qwen2, Mixtral; "
+                     "Gemma-2/3, Phi-3/4, Qwen3, DeepSeek-V2/V3, OLMo-2: docs/models.md)")
+    src.add_argument("--spec", help="path to a JSON or YAML file of ModelSpec fields (shapes config.json cannot "
+                     "express, e.g. GELU with GQA); see docs/models.md")
 
 
 def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
@@ -102,8 +105,10 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
 
 
 def _model(args):
-    from frenzy_core.models import get_model, load_hf_config
+    from frenzy_core.models import get_model, load_hf_config, load_model_spec
 
+    if getattr(args, "spec", None):
+        return load_model_spec(args.spec)
     return load_hf_config(args.config) if args.config else get_model(args.model)
 
 

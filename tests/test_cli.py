@@ -120,3 +120,16 @@ def test_plans_fixed_micro_batch(capsys):
                        "--global-batch", "48", "--micro-batch", "4", "--top", "0", "--json")
     rows = json.loads(out)
     assert code == 0 and rows and {r["micro_batch"] for r in rows} == {4}
+
+
+def test_memory_spec_file_gives_the_model(capsys, tmp_path):
+    spec = tmp_path / "gelu-gqa.yaml"
+    spec.write_text("vocab_size: 1000\nhidden_size: 64\nnum_layers: 2\nnum_heads: 4\nnum_kv_heads: 2\n"
+                    "position_kind: rotary\nbias: false\n")
+    code, out, _ = run(capsys, "memory", "--spec", str(spec), "--seq-len", "128", "--json")
+    # embedding 1000 x 64 (tied) + 2 x (q, o 64^2 + k, v 64 x 32 + GELU 2 x 64 x 256 + 2 LayerNorms) + final LayerNorm
+    expected = 1000 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 2 * 64 * 256 + 4 * 64) + 2 * 64
+    assert code == 0 and json.loads(out)["model"] == "gelu-gqa" and json.loads(out)["parameters"] == expected
+    spec.write_text("hidden_size: [64]\n")
+    code, out, err = run(capsys, "memory", "--spec", str(spec))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "gelu-gqa.yaml: hidden_size" in err
