@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from frenzy_core.cluster import load_cluster  # noqa: E402
 from frenzy_core.metrics import mean_ci  # noqa: E402
-from frenzy_core.simulate import SimOptions, simulate  # noqa: E402
+from frenzy_core.simulate import RestartModel, SimOptions, simulate  # noqa: E402
 from frenzy_core.traces import load_trace  # noqa: E402
 
 WORKLOADS = REPO.parent / "shared" / "traces" / "sia-sosp23" / "workloads"
@@ -44,7 +44,8 @@ POLICIES = {"frenzy": ("frenzy", None), "frenzy-time": ("frenzy", "time"), "fren
 FRENZY_LABELS = ("frenzy", "frenzy-time", "frenzy-share", "frenzy-eft")
 MAIN = [(c, w) for c, w, _n in SETTINGS if (c, w) not in HELD_OUT]
 # restart-cost variants for sia: label -> SimOptions overrides (None = the main table's run, the default flat 30 s)
-RESTARTS = {"flat 30 s": None, "flat 120 s": {"restart_overhead_s": 120.0}, "checkpoint": {"restart_model": "checkpoint"}}
+RESTARTS = {"flat 30 s": None, "flat 120 s": {"restart": RestartModel(kind="flat", flat_s=120.0)},
+            "checkpoint": {"restart": RestartModel()}}
 SENSITIVITY_NOTES = """\
 **What this shows.** {what}
 Why so little: Sia moves a job about 0.6-1 times over its life (restarts per run over 160 jobs), and a move costs

@@ -111,7 +111,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
     def _run_s(self, st, plan) -> float:
         """Predicted run time of this plan for what is left of the job (what the simulator will charge)."""
         left = 1.0 - st.done_fraction
-        extra = self.ctx.options.restart_overhead_s if st.done_fraction > 0 else 0.0
+        extra = self.ctx.options.restart.cost_s(st.job) if st.done_fraction > 0 else 0.0
         return st.job.tokens / plan.tokens_per_s * left + extra
 
     def decide(self, view: SchedulerView) -> list[Decision]:
