@@ -42,6 +42,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
 
     name = "frenzy-preempt"
     preemptive = True  # the simulator also calls it after a release with nothing queued (a running job may grow)
+    share_factor = 1.0  # a job's plans are capped at this many times its fair share of the GPUs it can use
 
     def priority(self, view: SchedulerView, st) -> float:
         """Lower runs first."""
@@ -62,7 +63,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
     def _candidates(self, st, n_active: int):
         plans, _mins = self.ranked(st)
         usable, smallest = self._usable_of(st)
-        cap = max(usable / max(n_active, 1), smallest)
+        cap = max(self.share_factor * usable / max(n_active, 1), smallest)
         limit = st.oom_memory_bytes
         return [c for c in plans if c[1] <= cap and (limit is None or c[3].memory_bytes < limit)]
 
