@@ -14,6 +14,47 @@ from collections.abc import Sequence
 from frenzy_core.errors import SpecError
 
 EXIT_BAD_INPUT = 2
+MAX_FLAG_INT = 2**40  # no integer flag means anything near this; larger ones would overflow int64 arithmetic
+MAX_REPORTED_SKIPS = 1000  # skipped trace rows listed one by one in --json (all are counted)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line on stderr and exit 2 (no usage block)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _check_int_flags(args: argparse.Namespace) -> None:
+    """Refuse integer flags too large to mean anything, before any of them reaches numpy's int64."""
+    for name, value in vars(args).items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_FLAG_INT:
+            from frenzy_core.limits import short_repr
+
+            raise SpecError(name, f"{short_repr(value)} is too large (limit {MAX_FLAG_INT:,}); use a realistic value")
+
+
+def dumps_strict(obj) -> str:
+    """Strict JSON: NaN and infinity (never valid JSON) are written as null."""
+    import math
+
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(obj), allow_nan=False)
+
+
+def _skipped_rows(trace) -> dict:
+    """The loader's report of skipped rows: every reason counted, the first rows listed with their numbers."""
+    return {"kept": trace.kept, "skipped": len(trace.skipped), "skip_reasons": trace.skip_reasons(),
+            "skipped_rows": [{"row": p.row, "reason": p.reason} for p in trace.skipped[:MAX_REPORTED_SKIPS]]}
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
@@ -141,7 +182,7 @@ def cmd_plans(args) -> int:
         print(f"frenzy plans: {result.explanation}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
+        print(dumps_strict([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
         return 0
     print(f"{len(result.plans)} feasible plans for {model.name} on {cluster.name}, ranked by {args.objective}:")
     print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3} {'gpus':>5} {'mb':>3} {'GiB/GPU':>8} {'step s':>8} "
@@ -157,11 +198,11 @@ def cmd_plans(args) -> int:
 
 def cmd_simulate(args) -> int:
     from frenzy_core.cluster import load_cluster
+    from frenzy_core.limits import MAX_SEEDS, bounded_int
     from frenzy_core.simulate import SimOptions, simulate_seeds
     from frenzy_core.traces import load_trace
 
-    if args.seeds < 1:
-        raise SpecError("seeds", f"must be at least 1, got {args.seeds}")
+    bounded_int(args.seeds, "seeds", 1, MAX_SEEDS, "use fewer seeds (10 give tight 95% intervals)")
     if args.limit_jobs < 0:
         raise SpecError("limit_jobs", f"must be 0 (all jobs) or positive, got {args.limit_jobs}")
     trace = load_trace(args.trace, args.trace_format)
@@ -202,16 +243,20 @@ def cmd_simulate(args) -> int:
         bar.close()
     summary = result.summary_dict()
     if args.json:
-        print(json.dumps(summary))
+        print(dumps_strict({**summary, "trace": {"source": trace.source, **_skipped_rows(trace)}}))
         return 0
     print(f"{trace.summary()}; cluster {cluster.name} ({cluster.total_gpus} GPUs); policy {args.policy}")
+    for problem in trace.skipped[:5]:
+        print(f"  skipped row {problem.row}: {problem.reason}")
+    if len(trace.skipped) > 5:
+        print(f"  ... and {len(trace.skipped) - 5} more skipped rows (--json lists them)")
     for key, value in summary.items():
         print(f"  {key:34} {value}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="frenzy", description="Frenzy Planner: memory-aware LLM training planner")
+    parser = _Parser(prog="frenzy", description="Frenzy Planner: memory-aware LLM training planner")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("models", help="list the model zoo")
@@ -255,9 +300,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_int_flags(args)
         return args.func(args)
     except SpecError as err:
         print(f"frenzy {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (OverflowError, RecursionError, MemoryError) as err:  # a number or a file too large for any limit above
+        print(f"frenzy {args.command}: error: input too large ({type(err).__name__}); use smaller values",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # `frenzy models | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

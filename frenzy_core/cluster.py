@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error, read_text_file
 from frenzy_core.gpus import CATALOG, GPUType, LinkKind
+from frenzy_core.limits import MAX_GPUS_PER_NODE, MAX_NODES, MAX_TOTAL_GPUS, load_yaml, short_repr
 
 DEFAULT_NETWORK_GBIT_S = 100.0  # a 100 Gbit/s InfiniBand/RoCE NIC per node, the common datacenter default
 
@@ -34,7 +35,7 @@ DEFAULT_NETWORK_GBIT_S = 100.0  # a 100 Gbit/s InfiniBand/RoCE NIC per node, the
 class Node(BaseModel):
     """One server: `num_gpus` GPUs of one type, an intra-node link and a network link to the other nodes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str  # unique within the cluster
     gpu_type: str  # key into the catalog or the cluster's own gpu_types
@@ -45,8 +46,9 @@ class Node(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Node:
-        if self.num_gpus <= 0:
-            raise ValueError(f"num_gpus must be a positive integer, got {self.num_gpus}")
+        if not 0 < self.num_gpus <= MAX_GPUS_PER_NODE:
+            raise ValueError(f"num_gpus must be an integer from 1 to {MAX_GPUS_PER_NODE:,} (GPUs in one server), "
+                             f"got {short_repr(self.num_gpus)}")
         if self.network_gbit_s <= 0:
             raise ValueError(f"network_gbit_s must be positive, got {self.network_gbit_s}")
         if self.intra_link_gbyte_s is not None and self.intra_link_gbyte_s <= 0:
@@ -72,7 +74,7 @@ class TypeSummary:
 class Cluster(BaseModel):
     """A list of nodes plus any user-defined GPU types they use."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = "cluster"
     description: str = ""
@@ -83,15 +85,21 @@ class Cluster(BaseModel):
     def _check(self) -> Cluster:
         if not self.nodes:
             raise ValueError("a cluster needs at least one node")
+        if len(self.nodes) > MAX_NODES:
+            raise ValueError(f"nodes: {len(self.nodes):,} nodes is over the limit of {MAX_NODES:,}; model groups of "
+                             "identical nodes with fewer, larger entries")
+        total = sum(n.num_gpus for n in self.nodes)
+        if total > MAX_TOTAL_GPUS:
+            raise ValueError(f"nodes: {total:,} GPUs is over the limit of {MAX_TOTAL_GPUS:,} per cluster")
         known = {**CATALOG, **{g.name: g for g in self.gpu_types}}
         seen: set[str] = set()
         for i, node in enumerate(self.nodes):
             if node.name in seen:
-                raise ValueError(f"nodes[{i}] ({node.name!r}): duplicate node name; names must be unique")
+                raise ValueError(f"nodes[{i}] ({short_repr(node.name)}): duplicate node name; names must be unique")
             seen.add(node.name)
             if node.gpu_type not in known:
                 raise ValueError(
-                    f"nodes[{i}] ({node.name!r}): gpu_type {node.gpu_type!r} is not in the catalog; "
+                    f"nodes[{i}] ({short_repr(node.name)}): gpu_type {short_repr(node.gpu_type)} is not in the catalog; "
                     f"use one of {', '.join(known)} or define it under gpu_types"
                 )
         return self
@@ -144,15 +152,24 @@ class Cluster(BaseModel):
 
 
 def _expand(raw_nodes: list, source: str) -> list[dict]:
-    """Expand `count: N` entries into N named nodes; check each entry is a mapping."""
-    out: list[dict] = []
+    """Expand `count: N` entries into N named nodes; check each entry is a mapping, and the limits before expanding."""
+    if len(raw_nodes) > MAX_NODES:
+        raise SpecError("nodes", f"{len(raw_nodes):,} entries is over the limit of {MAX_NODES:,} nodes", source)
+    counts = []
     for i, raw in enumerate(raw_nodes):
         if not isinstance(raw, dict):
             raise SpecError(f"nodes[{i}]", "each node must be a mapping with gpu_type and num_gpus", source)
+        count = raw.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+            raise SpecError(f"nodes[{i}].count", f"must be a positive integer, got {short_repr(count)}", source)
+        counts.append(count)
+    if sum(counts) > MAX_NODES:
+        raise SpecError("nodes", f"the counts add up to {sum(counts):,} nodes, over the limit of {MAX_NODES:,}; "
+                        "model the cluster with fewer, larger nodes", source)
+    out: list[dict] = []
+    for i, (raw, count) in enumerate(zip(raw_nodes, counts, strict=True)):
         entry = dict(raw)
-        count = entry.pop("count", 1)
-        if not isinstance(count, int) or count <= 0:
-            raise SpecError(f"nodes[{i}].count", f"must be a positive integer, got {count!r}", source)
+        entry.pop("count", None)
         base = entry.get("name") or f"node{i}"
         for k in range(count):
             out.append({**entry, "name": f"{base}-{k}" if count > 1 else base})
@@ -181,7 +198,7 @@ def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
             Node(**n)
         except ValidationError as err:
             e = from_validation_error(err, fields=Node.model_fields)
-            raise SpecError(f"node {n.get('name')!r}.{e.field}", e.reason, source) from None
+            raise SpecError(f"node {short_repr(n.get('name'))}.{e.field}", e.reason, source) from None
         except TypeError:
             raise SpecError(f"nodes[{i}]", "node fields must be key: value pairs", source) from None
     try:
@@ -192,14 +209,8 @@ def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
 
 
 def parse_cluster_yaml(text: str, source: str = "cluster.yaml") -> Cluster:
-    """Parse YAML text (`yaml.safe_load`) into a Cluster."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "YAML"
-        raise SpecError(where, f"not valid YAML: {getattr(err, 'problem', err)}", source) from None
-    return cluster_from_dict(data, source)
+    """Parse YAML text (size-limited, no aliases: `limits.load_yaml`) into a Cluster."""
+    return cluster_from_dict(load_yaml(text, "cluster", source), source)
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -41,7 +41,9 @@ def from_validation_error(
         lead = re.match(r"([A-Za-z_][A-Za-z0-9_]*)", msg)
         field = lead.group(1) if lead and lead.group(1) in set(fields) else "(input)"
     if "input" in first and not msg.endswith(")") and first.get("type") != "value_error":
-        msg = f"{msg} (got {first['input']!r})"
+        from frenzy_core.limits import short_repr
+
+        msg = f"{msg} (got {short_repr(first['input'])})"
     extra = len(err.errors()) - 1
     if extra:
         msg += f" (and {extra} more problem{'s' if extra > 1 else ''})"

@@ -6,13 +6,13 @@ Qwen2ForCausalLM, MixtralForCausalLM) so that `parameter_count()` equals `sum(p.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error, read_text_file
+from frenzy_core.limits import MODEL_LIMITS, check_upper_limits, divisors, load_json
 
 MlpKind = Literal["gelu", "swiglu"]
 PositionKind = Literal["learned", "rotary"]
@@ -44,6 +44,7 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
+        check_upper_limits(self, MODEL_LIMITS)
         for field in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_positions"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
@@ -164,7 +165,7 @@ class ModelSpec(BaseModel):
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return divisors(n)
 
 
 def make_model(**fields) -> ModelSpec:
@@ -290,11 +291,7 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
 
 def parse_hf_config_text(text: str, name: str | None = None) -> ModelSpec:
     """A config.json's text (pasted, uploaded or read from disk) -> ModelSpec; bad JSON names its line."""
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError("config.json", f"not valid JSON (line {err.lineno}: {err.msg}); give the file's whole "
-                        "text") from None
+    config = load_json(text, "config.json")
     return model_from_hf_config(config, name=name)
 
 

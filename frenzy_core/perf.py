@@ -15,13 +15,17 @@ per-layer parameter count (biases, norms, GQA, SwiGLU, top-k MoE experts) in pla
 
 Time per step on N = d x t x p GPUs of one type (all terms per GPU, on the critical path, no overlap by default):
 
-    compute_s   = FLOPs / (N x peak TFLOP/s(compute dtype) x MFU)
+    compute_s   = FLOPs / (N x peak TFLOP/s(compute dtype) x MFU)   MFU: the type's measured `mfu` / `fp32_mfu`
     tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019)
     pp_bubble_s = (p - 1) / m x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1)
     pp_p2p_s    = activation sends between stages (scatter/gather: 1/t of b x s x h each, Narayanan 2021 Sec. 4.1)
     dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans
     optimizer_s = the optimizer's memory-bound sweep over its shard of parameters, gradients and states
 
+    overhead_s  = the type's measured fixed per-step cost (`step_overhead_s`)
+
+Links run at nominal bandwidth x the type's measured all-reduce efficiency (`intra_link_efficiency` inside a node,
+`network_efficiency` across nodes); the efficiencies and MFUs come from measurements (gpus.py, docs/perf.md).
 `step_time_totals` is the same model over numpy arrays of d, t, p and micro-batch, for ranking thousands of plans.
 """
 
@@ -102,7 +106,7 @@ class StepTime:
     pp_p2p_s: float  # activations / gradients sent between pipeline stages
     dp_comm_s: float  # gradient all-reduce across replicas, after overlap with backward (DP_COMM_OVERLAP)
     optimizer_s: float  # optimizer sweep over the local shard of weights, grads and states (memory-bound)
-    overhead_s: float  # fixed per-step framework overhead (kernel launches, data loading); 0 unless given
+    overhead_s: float  # fixed per-step framework cost (launches, data loading, Python): the type's measured figure
     step_time_s: float  # the sum of the above: seconds per optimizer step
     tokens_per_step: int  # global_batch x seq_len
     num_gpus: int  # N = d x t x p
@@ -130,14 +134,17 @@ def _components(
     network_gbit_s: float,
     gpus_per_node: int,
     mfu: float | None,
-    overhead_s: float,
+    overhead_s: float | None,
 ) -> dict[str, np.ndarray]:
     """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
     d, t, p, b = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch))
     setup = training.precision_setup
-    eff = gpu.mfu if mfu is None else mfu
-    intra_bytes_s = (gpu.intra_link_gbyte_s if intra_link_gbyte_s is None else intra_link_gbyte_s) * 1e9
-    node_nic_bytes_s = network_gbit_s * 1e9 / BITS_PER_BYTE
+    eff = gpu.efficiency(setup.compute_dtype) if mfu is None else mfu
+    overhead_s = gpu.step_overhead_s if overhead_s is None else overhead_s
+    # Achieved, not nominal, bandwidth: nominal link x the all-reduce efficiency measured for this type (gpus.py).
+    nominal_intra = gpu.intra_link_gbyte_s if intra_link_gbyte_s is None else intra_link_gbyte_s
+    intra_bytes_s = nominal_intra * 1e9 * gpu.intra_link_efficiency
+    node_nic_bytes_s = network_gbit_s * 1e9 / BITS_PER_BYTE * gpu.network_efficiency
     n_gpus = d * t * p
     s, h = training.seq_len, model.hidden_size
 
@@ -216,19 +223,20 @@ def step_time(
     network_gbit_s: float = 100.0,
     gpus_per_node: int = 8,
     mfu: float | None = None,
-    overhead_s: float = 0.0,
+    overhead_s: float | None = None,
 ) -> StepTime:
     """Predicted seconds per optimizer step of `training` on d x t x p GPUs of one type, with its breakdown.
 
-    `intra_link_gbyte_s` defaults to the GPU type's link, `mfu` to its catalog MFU; `network_gbit_s` is one node's
-    NIC. Raises SpecError when the split does not fit the model or batch (see `check_parallelism`).
+    `intra_link_gbyte_s` defaults to the GPU type's nominal link, `mfu` to its measured MFU for the compute dtype,
+    `overhead_s` to its measured per-step cost; `network_gbit_s` is one node's nominal NIC. Raises SpecError when
+    the split does not fit the model or batch (see `check_parallelism`).
 
     >>> from frenzy_core.gpus import CATALOG
     >>> from frenzy_core.models import ZOO
     >>> st = step_time(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp"),
     ...                Parallelism(), CATALOG["A100-40GB"], mfu=0.5)
     >>> round(st.compute_s, 4), round(st.step_time_s, 4), st.dp_comm_s
-    (0.0449, 0.0471, 0.0)
+    (0.0449, 0.1681, 0.0)
     """
     check_parallelism(model, training, par)
     c = _components(
@@ -254,7 +262,7 @@ def step_time(
         pp_p2p_s=float(c["pp_p2p_s"]),
         dp_comm_s=float(c["dp_comm_s"]),
         optimizer_s=float(c["optimizer_s"]),
-        overhead_s=float(overhead_s),
+        overhead_s=float(gpu.step_overhead_s if overhead_s is None else overhead_s),
         step_time_s=float(c["total"]),
         tokens_per_step=training.tokens_per_step(),
         num_gpus=par.num_gpus,
@@ -274,7 +282,7 @@ def step_time_totals(
     network_gbit_s: float = 100.0,
     gpus_per_node: int = 8,
     mfu: float | None = None,
-    overhead_s: float = 0.0,
+    overhead_s: float | None = None,
 ) -> np.ndarray:
     """`step_time(...).step_time_s` for arrays of d, t, p and micro-batch (broadcast together), without a loop.
 
@@ -284,7 +292,7 @@ def step_time_totals(
     >>> from frenzy_core.models import ZOO
     >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
     >>> step_time_totals(ZOO["gpt2"], tr, CATALOG["A100-40GB"], [1, 2], 1, 1, [8, 4], mfu=0.5).round(4)
-    array([0.0471, 0.0264])
+    array([0.1681, 0.1474])
     """
     c = _components(
         model,

@@ -27,6 +27,7 @@ import pandas as pd
 
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import divisors
 from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
 from frenzy_core.models import ModelSpec
 from frenzy_core.perf import step_time_totals
@@ -160,7 +161,7 @@ _KEY_WORDS = {
 
 
 def _divisors(n: int) -> np.ndarray:
-    return np.array([d for d in range(1, n + 1) if n % d == 0], dtype=np.int64)
+    return np.array(divisors(n), dtype=np.int64)  # O(sqrt n): B = 10^9 must not hang the planner
 
 
 def _sort_keys(objective: str, cols: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -172,6 +172,7 @@ class SimResult:
     oom_wasted_gpu_hours: float
     wall_s: float
     workload_fallbacks: int = 0
+    workload_oversized: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     # --- views --------------------------------------------------------------------------------------------------
@@ -222,6 +223,8 @@ class SimResult:
         out["oom_failures"] = self.oom_failures
         out["oom_wasted_gpu_hours"] = self.oom_wasted_gpu_hours
         out["restarts"] = int(self.jobs["restarts"].sum())
+        out["model_fallbacks"] = self.workload_fallbacks  # substitutions are counted, never silent
+        out["oversized_jobs"] = self.workload_oversized
         d = self.decision_wall_s
         out["decisions"] = int(d.size)
         out["sched_overhead_ms_per_decision"] = float(d.mean() * 1e3) if d.size else 0.0
@@ -652,5 +655,6 @@ class _Run:
             jobs=cols, util_times_s=np.array(self.util_t), util_busy=busy, gpu_types=self.ctx.index.type_names,
             decision_wall_s=np.array(self.decision_wall), policy_stats=dict(self.policy.stats()),
             oom_failures=self.oom_failures, oom_wasted_gpu_hours=self.oom_wasted_gpu_s / 3600.0, wall_s=wall_s,
-            workload_fallbacks=self.ctx.workload.fallbacks, notes=tuple(self.notes),
+            workload_fallbacks=self.ctx.workload.fallbacks, workload_oversized=self.ctx.workload.oversized,
+            notes=tuple(self.notes),
         )

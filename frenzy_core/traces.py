@@ -31,6 +31,15 @@ import numpy as np
 import pandas as pd
 
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import (
+    MAX_FIELD_CHARS,
+    MAX_JOB_GPUS,
+    MAX_TRACE_FILE_BYTES,
+    MAX_TRACE_NUMBER,
+    MAX_TRACE_ROWS,
+    check_size,
+    short_repr,
+)
 
 
 @dataclass(frozen=True)
@@ -129,19 +138,58 @@ Source = str | os.PathLike | IO[str]
 def _read_source(source: Source) -> tuple[str, str]:
     """(text, display name) of a path, a text blob (contains a newline) or a file-like object."""
     if hasattr(source, "read"):
-        text = source.read()
+        name = Path(str(getattr(source, "name", "<stream>"))).name
+        text = source.read(MAX_TRACE_FILE_BYTES + 1)
+        check_size(text, "trace", MAX_TRACE_FILE_BYTES, name)
         if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        return text, Path(str(getattr(source, "name", "<stream>"))).name
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise SpecError("trace", "not a UTF-8 text file; give a CSV trace", name) from None
+        return text, name
     if isinstance(source, str) and "\n" in source:
+        check_size(source, "trace", MAX_TRACE_FILE_BYTES)
         return source, "<text>"
     path = Path(source)
     try:
+        size = path.stat().st_size
+        if size > MAX_TRACE_FILE_BYTES:
+            raise SpecError("trace", f"{size:,} bytes is over the {MAX_TRACE_FILE_BYTES:,}-byte limit for a trace; "
+                            "give a smaller file (or a head of it)", path.name)
         return path.read_text(encoding="utf-8-sig"), path.name
     except FileNotFoundError:
         raise SpecError("path", f"no such trace file: {path}") from None
     except (IsADirectoryError, UnicodeDecodeError) as err:
         raise SpecError("path", f"cannot read {path} as a text trace ({err.__class__.__name__})") from None
+
+
+class _bounded_rows:
+    """A csv.reader whose errors (a field over the csv module's limit, a stray NUL) become SpecErrors with the line.
+
+    Fields longer than MAX_FIELD_CHARS are refused here too: no trace column needs more than a short id or number.
+    """
+
+    def __init__(self, reader, name: str):
+        self.reader, self.name = reader, name
+
+    @property
+    def line_num(self) -> int:
+        return self.reader.line_num
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            rec = next(self.reader)
+        except csv.Error as err:
+            raise SpecError("trace", f"line {self.reader.line_num}: not a readable CSV row "
+                            f"({short_repr(str(err), 60)}); keep fields under {MAX_FIELD_CHARS:,} characters",
+                            self.name) from None
+        if any(len(cell) > MAX_FIELD_CHARS for cell in rec):
+            raise SpecError("trace", f"line {self.reader.line_num}: a field of over {MAX_FIELD_CHARS:,} characters; "
+                            "trace fields are short ids and numbers", self.name)
+        return rec
 
 
 @dataclass
@@ -161,7 +209,7 @@ def _parse(source: Source, *, fmt: str, expected: tuple[str, ...], required: tup
     text, name = _read_source(source)
     expect = ",".join(expected) if delimiter == "," else "\t".join(expected)
     quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-    reader = csv.reader(io.StringIO(text.lstrip("\ufeff")), delimiter=delimiter, quoting=quoting)
+    reader = _bounded_rows(csv.reader(io.StringIO(text.lstrip("\ufeff")), delimiter=delimiter, quoting=quoting), name)
     header: list[str] | None = None
     header_line = 0
     records: list[list[str]] = []
@@ -180,15 +228,21 @@ def _parse(source: Source, *, fmt: str, expected: tuple[str, ...], required: tup
                                     f"({expect}), got {len(rec)} on the first line", name)
             else:
                 header = cells
+                dup = next((c for c in cells if cells.count(c) > 1), None)
+                if dup is not None:
+                    raise SpecError("header", f"column {short_repr(dup)} appears twice; each column once", name)
                 missing = [c for c in required if c not in header]
                 if missing:
                     raise SpecError("header", f"not a valid {fmt} trace: missing column(s) {', '.join(missing)}; "
-                                    f"expected header: {expect} (got: {','.join(header)})", name)
+                                    f"expected header: {expect} (got: {short_repr(','.join(header), 120)})", name)
                 continue
         row = reader.line_num - header_line
         if len(rec) != len(header):
             problems.append(RowProblem(row, f"expected {len(header)} fields, got {len(rec)}"))
             continue
+        if len(records) >= MAX_TRACE_ROWS:
+            raise SpecError("trace", f"more than {MAX_TRACE_ROWS:,} rows; give a smaller trace (or a head of it)",
+                            name)
         records.append(rec)
         rows.append(row)
     if header is None:
@@ -219,7 +273,7 @@ class _Checks:
 
     def _got(self, col: str) -> Callable[[int], str]:
         cells = self.t.df[col].to_numpy()
-        return lambda i: f" (got {cells[i]!r})"
+        return lambda i: f" (got {short_repr(cells[i])})"
 
     def number(self, col: str, *, positive: bool = False, nonneg: bool = False, integer: bool = False) -> np.ndarray:
         s = self.t.df[col]
@@ -232,6 +286,7 @@ class _Checks:
                 self.flag(x != np.round(x), lambda i: f"{col}: not a whole number{got(i)}")
             if positive:
                 self.flag(x <= 0, lambda i: f"{col}: must be > 0{got(i)}")
+            self.flag(np.abs(x) > MAX_TRACE_NUMBER, lambda i: f"{col}: larger than {MAX_TRACE_NUMBER:.0e}{got(i)}")
             if nonneg:
                 self.flag(x < 0, lambda i: f"{col}: must be >= 0{got(i)}")
         return x
@@ -239,10 +294,13 @@ class _Checks:
     def timestamp(self, col: str) -> np.ndarray:
         """Seconds since the Unix epoch of ISO-like timestamps ("2017-10-09 07:01:55")."""
         s = self.t.df[col]
-        t = pd.to_datetime(s, errors="coerce", format="ISO8601")
-        if getattr(t.dt, "tz", None) is not None:
-            t = t.dt.tz_convert(None)
-        secs = (t - pd.Timestamp(0)).dt.total_seconds().to_numpy(dtype=float)
+        try:
+            t = pd.to_datetime(s, errors="coerce", format="ISO8601")
+            if getattr(t.dt, "tz", None) is not None:
+                t = t.dt.tz_convert(None)
+            secs = (t - pd.Timestamp(0)).dt.total_seconds().to_numpy(dtype=float)
+        except (ValueError, TypeError, OverflowError, AttributeError):  # mixed time zones, dates beyond 2262, ...
+            secs = np.array([_epoch_s(v) for v in s.to_numpy()], dtype=float)
         got = self._got(col)
         self.flag(s.eq("").to_numpy(), f"{col}: missing")
         self.flag(np.isnan(secs), lambda i: f"{col}: unparseable timestamp{got(i)}")
@@ -262,12 +320,35 @@ class _Checks:
         return self.t.problems + [RowProblem(int(self.t.rows[i]), str(self.reason[i])) for i in bad]
 
 
+def _epoch_s(text: str) -> float:
+    """Seconds since the Unix epoch of one ISO-like timestamp; NaN when it is not one or is out of range.
+
+    The fallback when pandas refuses the whole column (mixed time zones, dates beyond 2262).
+
+    >>> _epoch_s("1970-01-01 00:01:00"), _epoch_s("1970-01-01T01:00:00+01:00"), _epoch_s("99999-01-01")
+    (60.0, 0.0, nan)
+    """
+    try:
+        t = pd.Timestamp(text)
+    except (ValueError, TypeError, OverflowError, pd.errors.OutOfBoundsDatetime):
+        return float("nan")
+    if t is pd.NaT:
+        return float("nan")
+    if t.tzinfo is not None:
+        t = t.tz_convert(None)
+    return (t - pd.Timestamp(0)).total_seconds()
+
+
 def _finish(checks: _Checks, fmt: str, *, limit: int | None, arrival: np.ndarray, job_id: np.ndarray | pd.Series,
             num_gpus: np.ndarray, duration: np.ndarray, extra: Mapping[str, np.ndarray | pd.Series] | None = None,
             rows: np.ndarray | None = None, problems: list[RowProblem] | None = None) -> Trace:
     """Keep the valid rows, sort by (arrival, job_id), apply ``limit``, shift the origin to 0 and build the Trace."""
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise SpecError("limit", f"must be a non-negative integer or None, got {limit!r}")
+    if rows is None:  # a job larger than any cluster is a data error, not a job to stretch over months
+        with np.errstate(invalid="ignore"):
+            checks.flag(np.asarray(num_gpus) > MAX_JOB_GPUS,
+                        f"num_gpus: more than {MAX_JOB_GPUS:,} GPUs (the largest cluster the planner accepts)")
     ok = checks.ok if rows is None else np.ones(len(arrival), dtype=bool)
     cols = {"arrival_s": np.asarray(arrival, dtype=float), "job_id": np.asarray(job_id, dtype=object),
             "num_gpus": np.asarray(num_gpus), "duration_s": np.asarray(duration, dtype=float),
@@ -317,19 +398,23 @@ def load_philly(source: Source, *, limit: int | None = None) -> Trace:
 
 SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 
-# Sia workloads give no run time: a job runs until its application's fixed amount of work is done. Sia's own
-# generator (siasosp23/artifacts sia-simulator/utils/generate_workload.py) picked each job's application from the
-# GPU-time of a sampled Philly/Helios job: < 1 GPU-h -> cifar10 (ncf in an older version), 1-10 GPU-h -> deepspeech2
-# or bert, 10-100 GPU-h -> yolov3, >= 100 GPU-h -> imagenet (after dropping jobs under 60 s or over 1000 GPU-h).
-# We invert that: each application gets the median GPU-time of the Philly jobs in its bucket (measured on
-# sia-sosp23/traces/philly.csv with the same filters), and duration_s = gpu_hours * 3600 / num_replicas.
+# Sia workloads give no run time: a job runs until its application's fixed amount of work is done. In Sia's simulator
+# (siasosp23/artifacts @ aaf7a0de, sia-simulator/applications.py, `Application` and `APPLICATIONS`) that work is the
+# statistical "progress" of `max_epochs` epochs, measured in iterations at the application's initial batch size
+# (`init_batch_size` = the smallest batch with a validation-*.csv curve; `target_metric` is None, so a job completes
+# at epoch `max_epochs - 1`). One application's GPU-hours are therefore
+#     iteration[max_epochs - 1] of validation-<init_batch_size>.csv  x  step_time of placement "1" at that local batch
+# (interpolated in local_bsz as Sia's `get_throughput` does) on one T4 of the aws cluster (g4dn.12xlarge), / 3600.
+# bench/step_time_calibration.py (`sia_app_t4_hours`) recomputes every row from the CSVs; tests/test_traces.py
+# recomputes cifar10 by hand. These replace the older Philly-median GPU-times (cifar10 0.217, 5x too little work).
+# A trace names no GPU type, so the simulator runs these hours on the cluster's reference type.
 SIA_APP_GPU_HOURS: dict[str, float] = {
-    "cifar10": 0.217,  # median of 55,508 Philly jobs with GPU-time < 1 h
-    "ncf": 0.217,  # same bucket as cifar10 in Sia's generator
-    "deepspeech2": 1.70,  # median of 13,807 jobs with 1-10 GPU-h
-    "bert": 1.70,  # half of the 1-10 GPU-h bucket is relabelled bert
-    "yolov3": 24.66,  # median of 3,575 jobs with 10-100 GPU-h
-    "imagenet": 236.9,  # median of 1,538 jobs with 100-1000 GPU-h
+    "cifar10": 1.119,  # batch 128, max_epochs 100: 39,062 iterations x 0.1031 s (local_bsz 91 0.0759 s, 129 0.1039 s)
+    "ncf": 0.401,  # batch 256, max_epochs 10: 194,174 iterations x 0.00743 s
+    "deepspeech2": 5.400,  # batch 20, max_epochs 80: 28,536 iterations x 0.6812 s
+    "bert": 3.782,  # batch 12, max_epochs 2: 14,774 iterations x 0.9215 s
+    "yolov3": 9.372,  # batch 8, max_epochs 50: 103,444 iterations x 0.3261 s
+    "imagenet": 147.9,  # batch 200, max_epochs 90: 576,525 iterations x 0.9235 s (200 = the T4's largest local_bsz)
 }
 
 

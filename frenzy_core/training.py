@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.limits import MAX_PARALLEL, TRAINING_LIMITS, check_upper_limits, short_repr
 
 Precision = Literal["amp", "bf16-master", "fp32"]
 Optimizer = Literal["adamw", "adamw-fused", "sgd"]
@@ -77,6 +78,7 @@ class TrainingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
+        check_upper_limits(self, TRAINING_LIMITS)
         for field in ("seq_len", "global_batch", "micro_batch"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
@@ -136,8 +138,8 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
     """
     check_sequence(model, training)
     for field in ("dp", "tp", "pp"):
-        if getattr(par, field) <= 0:
-            raise SpecError(field, f"must be a positive integer, got {getattr(par, field)}")
+        if not 0 < getattr(par, field) <= MAX_PARALLEL:
+            raise SpecError(field, f"must be an integer from 1 to {MAX_PARALLEL:,}, got {short_repr(getattr(par, field))}")
     if model.num_heads % par.tp or model.kv_heads % par.tp:
         raise SpecError("tp", f"must divide num_heads ({model.num_heads}) and num_kv_heads ({model.kv_heads}), got {par.tp}")
     if model.num_layers % par.pp:

@@ -31,7 +31,9 @@ from functools import cache
 import numpy as np
 
 from frenzy_core.cluster import Cluster
+from frenzy_core.errors import SpecError
 from frenzy_core.gpus import GPUType
+from frenzy_core.limits import divisors, short_repr
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.plans import Plan
 from frenzy_core.training import Parallelism, TrainingSpec
@@ -87,7 +89,8 @@ class Workload:
     source: str
     seed: int
     reference_gpu: str
-    fallbacks: int = 0  # jobs whose drawn model did not fit and took a smaller one
+    fallbacks: int = 0  # jobs whose drawn (or named) model did not fit and took a smaller one
+    oversized: int = 0  # jobs asking for more GPUs of their type than the cluster has: baselines get them capped
 
 
 # --- estimating memory and speed ------------------------------------------------------------------------------------
@@ -195,7 +198,7 @@ def scale_plan(plan: Plan, tokens: float) -> Plan:
 
 @cache
 def _divisors(n: int) -> tuple[int, ...]:
-    return tuple(d for d in range(1, n + 1) if n % d == 0)
+    return tuple(divisors(n))
 
 
 def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: int) -> list[Parallelism]:
@@ -325,12 +328,16 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
     draws = rng.random(len(jobs_in))
     fit_cache: dict[tuple[str, str, int], Plan | None] = {}
     out: list[LLMJob] = []
-    fallbacks = 0
+    fallbacks = oversized = 0
     for tj, u in zip(jobs_in, draws, strict=True):
         gpu_type = tj.gpu_type if tj.gpu_type in capacity else ref
         count = int(tj.num_gpus)
+        oversized += count > capacity[gpu_type]
         name = getattr(tj, "model", None)
-        if name is None or name not in ZOO:
+        if name is not None and name not in ZOO:  # a named model is never silently replaced by a drawn one
+            raise SpecError("model", f"job {short_repr(tj.job_id)} (row {tj.source_row}) names {short_repr(name)}, "
+                            f"which is not in the model zoo; use one of {', '.join(ZOO)} or leave it empty")
+        if name is None:
             cands = model_candidates(count)
             name = cands[min(int(u * len(cands)), len(cands) - 1)]
         order = (name,) + tuple(m for m in FALLBACK_ORDER[FALLBACK_ORDER.index(name) + 1:]) \
@@ -349,7 +356,8 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
                 name = m
                 break
         if plan is None:  # even gpt2 does not fit (cannot happen with the zoo; kept for custom tables)
-            raise ValueError(f"job {tj.job_id}: no model fits {count} x {gpu_type}")
+            raise SpecError("cluster", f"job {short_repr(tj.job_id)}: not even the smallest model fits {count} x {gpu_type}; "
+                            "add GPUs with more memory")
         model = ZOO[name]
         tokens = getattr(tj, "tokens", None) or max(tj.duration_s, 1.0) * plan.tokens_per_s
         out.append(LLMJob(job_id=str(tj.job_id), arrival_s=float(tj.arrival_s), model=name,
@@ -357,7 +365,7 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
                           trace_duration_s=float(tj.duration_s), original_gpu_type=gpu_type))
     out.sort(key=lambda j: j.arrival_s)
     return Workload(jobs=tuple(out), source=getattr(trace, "source", "jobs"), seed=seed, reference_gpu=ref,
-                    fallbacks=fallbacks)
+                    fallbacks=fallbacks, oversized=oversized)
 
 
 def job_classes(jobs: Iterable[LLMJob]) -> dict[tuple[str, TrainingSpec], int]:

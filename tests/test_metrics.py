@@ -52,3 +52,14 @@ def test_busy_gpu_seconds_integrates_the_step_function():
     busy = np.array([4, 8, 0])
     assert busy_gpu_seconds(t, busy, 20.0) == 4 * 10 + 8 * 5
     assert average_utilisation(t, busy, 8, 20.0) == pytest.approx(80 / 160)
+
+
+def test_mean_ci_of_two_seeds_is_the_t_interval_with_one_degree_of_freedom():
+    m, lo, hi = mean_ci([1.0, 3.0])
+    half = 12.706204736174707 * math.sqrt(2.0) / math.sqrt(2)  # t(0.975, df=1) x s / sqrt(n), s = sqrt(2)
+    assert (m, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
+
+
+def test_average_utilisation_of_an_empty_window_is_zero():
+    assert average_utilisation(np.array([0.0]), np.array([4]), 8, 0.0) == 0.0
+    assert average_utilisation(np.array([0.0]), np.array([4]), 8, 10.0) == 0.5

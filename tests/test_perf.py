@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,8 +91,29 @@ def test_single_a100_by_hand():
     assert st.compute_s == pytest.approx(0.044907, rel=1e-4)
     assert st.optimizer_s == pytest.approx(optimizer, rel=1e-12)
     assert st.tp_comm_s == st.dp_comm_s == st.pp_bubble_s == st.pp_p2p_s == 0.0
-    assert st.step_time_s == pytest.approx(compute + optimizer, rel=1e-12)
+    # The A100's measured fixed per-step cost (0.121 s, Sia bert one-GPU intercept) is charged by default.
+    assert st.overhead_s == 0.121
+    assert st.step_time_s == pytest.approx(compute + optimizer + 0.121, rel=1e-12)
     assert st.achieved_tflops_per_gpu < 0.5 * 312
+    no_overhead = step_time(GPT2, amp(8, 8), Parallelism(), A100, mfu=0.5, overhead_s=0.0)
+    assert no_overhead.step_time_s == pytest.approx(compute + optimizer, rel=1e-12)
+
+
+def test_catalog_defaults_on_one_t4_by_hand():
+    """No mfu given: the T4's catalog figures. amp computes on tensor cores (65 TF x mfu 0.148); fp32 on 8.1 TF x 0.569."""
+    t4 = CATALOG["T4"]
+    st = step_time(GPT2, amp(8, 8), Parallelism(), t4)
+    compute = 8 * S * PER_TOKEN_FLOPS / (65e12 * 0.148)
+    optimizer = GPT2_PARAMS * OPT_BYTES / 320e9
+    assert st.step_time_s == pytest.approx(compute + optimizer + 0.214, rel=1e-12)
+    fp32 = step_time(GPT2, TrainingSpec(seq_len=S, global_batch=8, micro_batch=8, precision="fp32"), Parallelism(), t4)
+    assert fp32.compute_s == pytest.approx(8 * S * PER_TOKEN_FLOPS / (8.1e12 * 0.569), rel=1e-12)
+
+
+def test_measured_link_efficiency_slows_the_all_reduce_by_hand():
+    """2 T4 in one node: ring all-reduce of fp32 grads over PCIe at 8 GB/s x the measured 0.926."""
+    st = step_time(GPT2, amp(8, 4), Parallelism(dp=2), CATALOG["T4"], mfu=0.5)
+    assert st.dp_comm_s == pytest.approx(2 * (2 - 1) / 2 * GPT2_PARAMS * 4 / (8e9 * 0.926), rel=1e-12)
 
 
 def test_data_parallel_inside_a_node_by_hand():
@@ -147,6 +170,23 @@ def test_slower_network_slower_multi_node_step():
     assert inside[0] == inside[1]  # one node: the network does not matter
 
 
+def test_lower_link_efficiency_never_faster():
+    tr = amp(64, 1)
+    times = [
+        step_time(GPT2, tr, Parallelism(dp=16), A100.model_copy(update={"intra_link_efficiency": e,
+                                                                      "network_efficiency": e})).step_time_s
+        for e in (1.0, 0.5, 0.1)
+    ]
+    assert times[0] < times[1] < times[2]
+
+
+def test_more_gpus_never_slower_per_step_compute_on_every_catalog_type():
+    tr = amp(64, 1)
+    for gpu in CATALOG.values():
+        compute = [step_time(GPT2, tr, Parallelism(dp=d), gpu).compute_s for d in (1, 2, 4, 8)]
+        assert all(a > b for a, b in zip(compute, compute[1:], strict=False)), gpu.name
+
+
 def test_lower_mfu_slower_step():
     tr = amp(64, 1)
     assert (
@@ -177,3 +217,49 @@ def test_vectorised_equals_scalar():
         ]
         np.testing.assert_allclose(vec, scalar, rtol=1e-12)
         assert len(set(np.round(vec, 9))) > len(vec) // 4  # the grid really varies
+
+
+# --- against Sia's measured profiles (held-out rows of bench/step_time_calibration.py's split) --------------------------
+SIA_BERT = Path(__file__).resolve().parents[2] / "shared" / "traces" / "sia-sosp23" / "traces" / "bert"
+needs_sia = pytest.mark.skipif(not SIA_BERT.is_dir(), reason=f"Sia profiles not found at {SIA_BERT}")
+# BERT-base SQuAD fine-tuning as Sia profiled it: fp32, sequence 384, one micro-batch of local_bsz per replica.
+BERT = ModelSpec(name="bert-base", vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12, max_positions=512)
+
+
+def _measured(cluster: str, placement: str, local_bsz: int) -> float:
+    with open(SIA_BERT / f"placements-{cluster}.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["placement"] == placement and int(r["local_bsz"]) == local_bsz]
+    assert len(rows) == 1
+    return float(rows[0]["step_time"])
+
+
+def _bert_step(gpu: str, d: int, local_bsz: int) -> float:
+    tr = TrainingSpec(seq_len=384, global_batch=d * local_bsz, micro_batch=local_bsz, precision="fp32")
+    return step_time(BERT, tr, Parallelism(dp=d), CATALOG[gpu]).step_time_s
+
+
+@needs_sia
+def test_a100_over_t4_matches_a_held_out_profile_row():
+    """One GPU, local batch 8 (held out): measured 0.7033 s on a T4 / 0.1564 s on an A100 = 4.5x, not 7-27x."""
+    measured = _measured("aws", "1", 8) / _measured("dgx-ext", "1", 8)
+    assert measured == pytest.approx(4.50, abs=0.01)
+    predicted = _bert_step("T4", 1, 8) / _bert_step("A100-40GB", 1, 8)
+    assert predicted == pytest.approx(measured, rel=0.10)
+
+
+@needs_sia
+def test_2080ti_over_t4_matches_a_held_out_profile_row():
+    measured = _measured("aws", "1", 8) / _measured("rtx", "1", 8)  # 0.7033 / 0.3678 = 1.91
+    assert measured == pytest.approx(1.91, abs=0.01)
+    predicted = _bert_step("T4", 1, 8) / _bert_step("RTX-2080Ti", 1, 8)
+    assert predicted == pytest.approx(measured, rel=0.10)
+
+
+@needs_sia
+def test_eight_v100_scaling_matches_a_held_out_profile_row():
+    """8 V100 in one node at local batch 16 (held out): 8 x 0.439 / 1.046 = 3.4x measured; datasheet links gave 7.9x."""
+    measured = 8 * _measured("azure", "1", 16) / _measured("azure", "8", 16)
+    assert measured == pytest.approx(3.36, abs=0.01)
+    predicted = 8 * _bert_step("V100-32GB", 1, 16) / _bert_step("V100-32GB", 8, 16)
+    assert predicted == pytest.approx(measured, rel=0.5)
+    assert predicted < 6.5

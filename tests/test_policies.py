@@ -178,17 +178,18 @@ def test_frenzy_eft_starts_now_on_slow_gpus_when_waiting_would_finish_later():
 
 def test_frenzy_eft_reservation_keeps_later_jobs_off_the_gpus_a_waiting_job_needs():
     """With reserve=True, a later job may not take the T4s an earlier one waits for unless it finishes before."""
-    # the A100s are held for good (a 1e12 s hog), 4 T4s are free and job 5 frees the other 4 at 1200 s; no share
-    # cap. Job 1 (8 x T4: 1971 s, 4 x T4: 3771 s) waits for all 8 T4s; job 0 (4 x T4: 1782 s) would start now.
+    # the A100s are held for good (a 1e12 s hog), 4 T4s are free and job 5 frees the other 4 at 3600 s; no share
+    # cap. Job 1 (8 x T4: 5701 s, 4 x T4: 10907 s) waits for all 8 T4s; job 0 (4 x T4: 5153 s, 8 x T4: 2694 s)
+    # would start now (5153 < 3600 + 2694).
     policy, view = _view_with_fast_gpus_busy(end_s=1e12)
     policy = type("NoCap", (type(policy),), {"share_cap": False})(policy.ctx)
     jobs = list(view.jobs)
     t4_hog = jobs[5]
-    t4_hog.state, t4_hog.run_end_s = "running", 1200.0
+    t4_hog.state, t4_hog.run_end_s = "running", 3600.0
     t4_hog.plan = policy.ctx.table.best(t4_hog.job.spec, t4_hog.job.training, "T4", 4)
     for j in (0, 1):
         jobs[j].state = "queued"
-    free = np.array([0, 0, 0, 4], dtype=np.int64)  # t0 held by job 5 until 1200 s
+    free = np.array([0, 0, 0, 4], dtype=np.int64)  # t0 held by job 5 until 3600 s
     free.flags.writeable = False
     index = view.index
     view = SchedulerView(now_s=0.0, index=index, free=free,
@@ -198,9 +199,9 @@ def test_frenzy_eft_reservation_keeps_later_jobs_off_the_gpus_a_waiting_job_need
     plain = {d.job: d for d in policy.decide(view)}
     reserving = type("R", (type(policy),), {"reserve": True})(policy.ctx)
     held = {d.job: d for d in reserving.decide(view)}
-    assert 1 not in plain and 1 not in held  # job 1 waits for all 8 T4s (1200 + 1971 < 3771 s) in both modes
+    assert 1 not in plain and 1 not in held  # job 1 waits for all 8 T4s (3600 + 5701 < 10907 s) in both modes
     assert plain[0].placement.gpu_type == "T4"  # without a reservation job 0 takes the free T4s now ...
-    assert not held  # ... with one it may not: it would hold them past 1200 s, and no T4 is spare then
+    assert not held  # ... with one it may not: it would hold them past 3600 s, and no T4 is spare then
 
 
 # --- sia: no unplaceable preemption, event-driven rounds, a deterministic solver --------------------------------------

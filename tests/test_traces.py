@@ -10,6 +10,7 @@ import pytest
 from frenzy_core.errors import SpecError
 from frenzy_core.traces import (
     LOADERS,
+    SIA_APP_GPU_HOURS,
     RowProblem,
     Trace,
     bundled_traces,
@@ -131,11 +132,28 @@ def test_bundled_samples_stay_small():
 
 def test_sia_duration_is_application_gpu_hours_over_replicas():
     trace = load_sia("name,time,application,num_replicas,batch_size\nimagenet-0,5,imagenet,8,512\n")
-    assert trace.jobs[0].duration_s == pytest.approx(236.9 * 3600 / 8)
+    assert trace.jobs[0].duration_s == pytest.approx(147.9 * 3600 / 8)
     assert trace.jobs[0].job_type == "imagenet"
     custom = load_sia("name,time,application,num_replicas,batch_size\nx-0,5,gpt_pmp,4,8\n",
                       app_gpu_hours={"gpt_pmp": 2.0})
     assert custom.jobs[0].duration_s == pytest.approx(1800.0)
+
+
+@needs_shared
+def test_sia_cifar10_work_recomputed_by_hand_from_its_profiles():
+    """cifar10's T4-hours: iterations to epoch 100 at batch 128 x one T4's step at local batch 128 (Sia's CSVs)."""
+    app = SHARED / "sia-sosp23" / "traces" / "cifar10"
+    with open(app / "validation-128.csv") as f:
+        iterations = float(list(csv.DictReader(f))[99]["iteration"])  # row of epoch 100 (max_epochs in Sia)
+    with open(app / "placements-aws.csv") as f:
+        one_t4 = {int(r["local_bsz"]): float(r["step_time"]) for r in csv.DictReader(f) if r["placement"] == "1"}
+    assert iterations == 39062
+    lo, hi = one_t4[91], one_t4[129]  # the profiled batches either side of 128
+    step = lo + (128 - 91) / (129 - 91) * (hi - lo)
+    assert step == pytest.approx(0.1031, abs=1e-4)
+    t4_hours = iterations * step / 3600
+    assert SIA_APP_GPU_HOURS["cifar10"] == pytest.approx(t4_hours, rel=2e-3)
+    assert 1.0 < t4_hours < 1.25  # ~5x the 0.217 h the table used to hold
 
 
 def test_limit_keeps_the_earliest_arrivals():

@@ -1,0 +1,83 @@
+"""Hostile uploads in a real browser: the app refuses each with a message naming the field and stays up.
+
+Each upload once hung the server or grew it by gigabytes (issue 13): a YAML alias bomb, a node `count` of 10^8, a
+GPU type with NaN memory, a config.json nested 100,000 levels deep, a trace with a 200,000-character field. After
+each one the page must show a clear error (not an exception, not the router's crash alert), keep the last good
+cluster or model, and the server must still answer its health check and serve the next page.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from browser_support import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+pytestmark = [pytest.mark.browser]
+if not CHROMIUM.exists():
+    pytest.skip(f"real-browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="real-browser tests need the playwright package")
+
+from test_browser import VIEWPORT, no_exception, open_page, wait_idle  # noqa: E402
+
+ALIAS_BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+              "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+              "nodes:\n  - {name: n, gpu_type: T4, num_gpus: *e}\n")
+HOSTILE_CLUSTERS = {
+    "bomb.yaml": (ALIAS_BOMB, "aliases"),
+    "count.yaml": ("nodes:\n  - {gpu_type: T4, num_gpus: 4, count: 100000000}\n", "100,000"),
+    "nan.yaml": ("gpu_types:\n  - {name: X, memory_gib: .nan, bf16_tflops: 10, fp32_tflops: 1, "
+                 "memory_bandwidth_gbyte_s: 100}\nnodes:\n  - {gpu_type: X, num_gpus: 1}\n", "memory_gib"),
+    "huge.yaml": ("nodes:\n  - {gpu_type: T4, num_gpus: 1000000000000}\n", "num_gpus"),
+}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with streamlit_server() as url, sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = b.new_page(viewport=VIEWPORT)
+            yield page, url
+        finally:
+            b.close()
+
+
+def healthy(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as r:
+        return r.status == 200
+
+
+def upload(page, key: str, name: str, text: str) -> None:
+    page.locator(f".st-key-{key} input[type=file]").set_input_files(
+        files=[{"name": name, "mimeType": "text/plain", "buffer": text.encode()}])
+    page.wait_for_timeout(300)
+    wait_idle(page, 30_000)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_CLUSTERS))
+def test_a_hostile_cluster_upload_is_refused_and_the_server_stays_up(browser, name):
+    page, url = browser
+    text, expected = HOSTILE_CLUSTERS[name]
+    open_page(page, f"{url}/cluster_packing", "Cluster & packing")
+    upload(page, "cl_upload", name, text)
+    alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+    assert any(expected in a for a in alerts), f"{name}: no error naming {expected!r} in {alerts}"
+    no_exception(page, f"cluster upload {name}")
+    assert healthy(url)
+    open_page(page, f"{url}/plans", "Plans")  # the last good cluster is still there to plan on
+
+
+def test_a_deeply_nested_config_json_is_refused(browser):
+    page, url = browser
+    open_page(page, f"{url}/model_memory", "Model & memory")
+    tab = page.locator('button[role="tab"]:has-text("config.json")')
+    if tab.count():
+        tab.first.click()
+        wait_idle(page)
+    upload(page, "hf_upload", "deep.json", "[" * 100_000 + "]" * 100_000)
+    alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+    assert any("nested" in a for a in alerts), alerts
+    no_exception(page, "deep config.json")
+    assert healthy(url)
