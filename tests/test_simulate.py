@@ -9,6 +9,7 @@ performance models (which have their own tests). Regenerate after an intended ch
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -402,3 +403,57 @@ def test_every_preempting_policy_pays_the_same_model_aware_restart(golden_cluste
     assert charged
     for got, want in charged:
         assert got == pytest.approx(want, rel=1e-12)
+
+
+# --- out-of-memory truth that is not the planner's prediction (SimOptions.oom_truth) --------------------------------
+def test_oom_truth_none_or_a_zero_band_is_the_planners_prediction(golden_cluster):
+    from frenzy_core.simulate import OomTruth
+
+    a = simulate(_golden_trace(), golden_cluster, "frenzy-eft", options=OPTS)
+    b = simulate(_golden_trace(), golden_cluster, "frenzy-eft", options=replace(OPTS, oom_truth=OomTruth(noise=0.0)))
+    pd.testing.assert_frame_equal(a.jobs_frame(), b.jobs_frame())
+    assert a.oom_failures == 0
+
+
+def test_a_noise_band_on_true_memory_makes_planned_jobs_crash_and_the_planner_learn(golden_cluster, monkeypatch):
+    """With true memory up to 40% above the prediction, some of Frenzy's plans (10% margin) no longer fit: they fail
+    after the 120 s start-up, and each retry of the job takes a plan predicted to need strictly less memory per
+    GPU than every plan that crashed before; a job that crashes max_oom_retries + 1 times is given up, one with no
+    such plan left is rejected."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.simulate import OomTruth
+
+    tried: dict[int, list[int]] = {}
+    start = sim._Run._start
+
+    def spy(self, d, now):
+        tried.setdefault(d.job, []).append(d.plan.memory_bytes)
+        start(self, d, now)
+
+    exact = simulate(_busy_jobs(), golden_cluster, "frenzy", options=OPTS)
+    monkeypatch.setattr(sim._Run, "_start", spy)
+    opts = replace(OPTS, oom_truth=OomTruth(noise=0.4))
+    noisy = simulate(_busy_jobs(), golden_cluster, "frenzy", options=opts)
+    again = simulate(_busy_jobs(), golden_cluster, "frenzy", options=opts)
+    assert exact.oom_failures == 0 and noisy.oom_failures > 0 and noisy.oom_wasted_gpu_hours > 0
+    pd.testing.assert_frame_equal(noisy.jobs_frame(), again.jobs_frame())  # the noise is drawn from the seed
+    for j in np.flatnonzero(noisy.jobs["oom_failures"] > 0):
+        mem = tried[j][: len(tried[j]) // 2]  # the spy saw both runs
+        assert all(b < a for a, b in zip(mem, mem[1:], strict=False)), mem
+        state = noisy.jobs["state"][j]
+        # rejected: no plan is predicted to need less (e.g. pure data parallelism only: memory per GPU is the same)
+        assert state in ("done", "rejected") or noisy.jobs["oom_failures"][j] == OPTS.max_oom_retries + 1
+    assert (noisy.jobs["state"][noisy.jobs["oom_failures"] == 0] == "done").all()
+
+
+def test_oom_truth_from_another_memory_method_and_bad_values_are_refused(golden_cluster):
+    from frenzy_core.simulate import OomTruth
+
+    r = simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(method="paper")))
+    assert r.completed + r.metrics()["gave_up"] + r.metrics()["rejected"] == 20
+    with pytest.raises(SpecError) as err:
+        simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(noise=1.5)))
+    assert err.value.field == "oom_truth.noise"
+    with pytest.raises(SpecError) as err:
+        simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(method="x")))
+    assert err.value.field == "oom_truth.method"

@@ -142,7 +142,10 @@ class FrenzyEftPolicy(FrenzySharePolicy):
                 free = FreeGPUs(view.index, view.free, view.free_by_type)
             if rel is None:
                 rel = _Releases(view, self._type_pos)
-            cands = self.candidates(view, st, plans)
+            cands = self.learned(st, self.candidates(view, st, plans))
+            if not cands:
+                out.append(Reject(j, "every plan predicted to fit ran out of memory"))
+                continue
             # 1. the fastest candidate HAS can place now (and that keeps this decision's reservations)
             best_now = None
             best_finish = inf

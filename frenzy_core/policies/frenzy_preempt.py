@@ -64,8 +64,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
         plans, _mins = self.ranked(st)
         usable, smallest = self._usable_of(st)
         cap = max(self.share_factor * usable / max(n_active, 1), smallest)
-        limit = st.oom_memory_bytes
-        return [c for c in plans if c[1] <= cap and (limit is None or c[3].memory_bytes < limit)]
+        return self.learned(st, [c for c in plans if c[1] <= cap])
 
     def _usable_of(self, st) -> tuple[int, int]:
         got = self._usable.get(st.cls)
