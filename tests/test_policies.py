@@ -288,3 +288,41 @@ def test_sia_grouped_ilp_has_the_per_job_ilps_optimum():
         assert (uniq * y).sum() == pytest.approx(want, rel=1e-9)
         assert (y.sum(axis=1) <= np.bincount(inv.ravel())).all()
         assert sum(y[:, o].sum() * s for o, (t, s) in enumerate(options) if t == 1) <= 10
+
+
+# --- frenzy-srpt / frenzy-las: who preempts whom, and when -----------------------------------------------------------
+ONE_NODE = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 4}]")
+
+
+def _long_then_short(short_arrival_s: float, policy: str):
+    """L (4 GPUs, 10 h on them) arrives alone at 0 and takes the node; S (1 GPU, 10 min) arrives later."""
+    jobs = [TraceJob("L", 0.0, 4, 36000.0), TraceJob("S", short_arrival_s, 1, 600.0)]
+    r = simulate(jobs, ONE_NODE, policy, options=SimOptions(estimator=AnalyticEstimator()))
+    assert r.completed == 2
+    return {k: r.jobs[k] for k in ("start_s", "restarts", "finish_s")}
+
+
+def test_frenzy_srpt_preempts_a_long_job_for_a_short_one_once_its_guard_has_passed():
+    got = _long_then_short(1000.0, "frenzy-srpt")  # L has run 1000 s >= the 600 s guard: S starts at once
+    assert got["start_s"][1] == 1000.0 and list(got["restarts"]) == [1, 0]
+    got = _long_then_short(300.0, "frenzy-srpt")  # L has run 300 s: S waits for the guard (a wake-up at 600 s)
+    assert got["start_s"][1] == 600.0 and list(got["restarts"]) == [1, 0]
+    assert got["finish_s"][1] < got["finish_s"][0]
+
+
+def test_frenzy_las_preempts_only_across_queues():
+    """L attains 1 GPU-hour (4 GPUs x 900 s) at 900 s. S arriving at 700 s is in the same (top) queue as L, so it
+    waits for L's demotion at 900 s; arriving at 1000 s it preempts L at once. No size knowledge is used."""
+    got = _long_then_short(700.0, "frenzy-las")
+    assert got["start_s"][1] == pytest.approx(900.0) and list(got["restarts"]) == [1, 0]
+    got = _long_then_short(1000.0, "frenzy-las")
+    assert got["start_s"][1] == 1000.0 and list(got["restarts"]) == [1, 0]
+
+
+def test_preemptive_frenzy_grows_a_job_when_the_others_finish():
+    """Two jobs share the node (2 + 2 GPUs under the fair-share cap); when the short one ends, the long one, past its
+    guard, is re-planned onto all 4 GPUs (one restart) because that shortens its remaining time by > 25%."""
+    jobs = [TraceJob("A", 0.0, 2, 20000.0), TraceJob("B", 0.0, 2, 1200.0)]
+    for policy in ("frenzy-srpt", "frenzy-las"):
+        r = simulate(jobs, ONE_NODE, policy, options=SimOptions(estimator=AnalyticEstimator()))
+        assert list(r.jobs["restarts"]) == [1, 0] and r.jobs["num_gpus"][0] == 4, policy
