@@ -220,6 +220,9 @@ def main() -> None:
               "Best Frenzy policy = the lowest average JCT among the five Frenzy policies; the 12% test needs a JCT "
               "at least 12% below sia's at no more GPU-hours (when the fastest one uses more GPU-hours, the policies "
               "that meet both parts are named).", ""] + c_lines + [""]
+    notes = REPO / "docs" / "results_notes.md"  # hand-written reading of a run, kept across reruns
+    if notes.exists():
+        lines += [notes.read_text().rstrip(), ""]
     lines += ["## Sia: event-driven rounds vs the every-round solver", "",
               f"On the tuning settings ({EVERY_ROUND_SEEDS} seeds each): {equal} of {compared} runs give identical "
               f"per-job JCTs with `sia_every_round=True`, with {np.mean(solves_ev):.0f} ILP solves per run instead "
