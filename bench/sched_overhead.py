@@ -53,7 +53,7 @@ def cluster_of(gpus: int):
 
 
 def view_and_policy(name: str, cluster, workload, est, queue: int):
-    opts = SimOptions(backfill_window=queue, sia_max_jobs=queue, sia_time_limit_s=20.0, estimator=est)
+    opts = SimOptions(backfill_window=queue, sia_max_jobs=queue, estimator=est)
     index = ClusterIndex.from_cluster(cluster)
     ctx = PolicyContext(cluster=cluster, index=index, workload=workload, table=PlanTable(est, cluster),
                         estimator=est, options=opts)

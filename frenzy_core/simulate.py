@@ -11,9 +11,9 @@ and the queue is not empty); a round-based policy (`round_s`) only at its rounds
 or running and restart on the grid at the next arrival.
 
 A job's run time on a plan is `plan.time_to_train_s` (the performance model's, for its token budget) times the share
-of tokens left, plus a restart cost when it resumes after a preemption (`restart_cost_s`: a flat
-`restart_overhead_s`, or with `restart_model="checkpoint"` a start-up plus saving and loading the model states). A plan whose predicted per-GPU memory
-exceeds the GPU's capacity fails with out-of-memory `oom_startup_s` after it starts (a baseline's fate); the job is
+of tokens left, plus, when it resumes after a preemption, `SimOptions.restart.cost_s(job)` (one `RestartModel` for
+every policy: start-up + checkpoint save + load). A run whose true per-GPU memory (the plan's prediction, or
+`SimOptions.oom_truth`'s) exceeds the GPU's capacity fails with out-of-memory `oom_startup_s` after it starts; the job is
 resubmitted with twice the GPUs, at most `max_oom_retries` times.
 """
 
@@ -32,16 +32,92 @@ import pandas as pd
 from frenzy_core import metrics
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
-from frenzy_core.memory import model_state_bytes
+from frenzy_core.memory import model_state_bytes, predict_memory
 from frenzy_core.packing import ClusterIndex, check_placement
 from frenzy_core.policies import REGISTRY
 from frenzy_core.policies.base import JobStatus, PolicyContext, Preempt, ReadOnlyList, Reject, SchedulerView, Start
-from frenzy_core.training import OPTIMIZER_STATE_BYTES, PRECISIONS
+from frenzy_core.training import OPTIMIZER_STATE_BYTES, PRECISIONS, Parallelism
 from frenzy_core.workload import DefaultEstimator, LLMJob, PlanTable, Workload, job_classes, map_trace
 
-COMPLETE, OOM_FAIL, ARRIVE, ROUND = 0, 1, 2, 3  # heap priority at equal times: lower first
-RESTART_MODELS = ("flat", "checkpoint")  # SimOptions.restart_model
+COMPLETE, OOM_FAIL, ARRIVE, ROUND, WAKE = 0, 1, 2, 3, 4  # heap priority at equal times: lower first
+RESTART_KINDS = ("checkpoint", "flat")  # RestartModel.kind
 GB = 1e9  # checkpoint bandwidth is in decimal GB/s, as storage vendors quote it
+
+
+def checkpoint_bytes(job: LLMJob) -> float:
+    """Bytes of one full checkpoint of the job's training state: every rank writes its shard, so the whole model.
+
+    = weights + optimizer states (fp32 master copy + AdamW's two moments) from `memory.model_state_bytes` with no
+    sharding; gradients are left out because a checkpoint does not keep them (they are recomputed by the next step).
+    bf16-master + AdamW: 2 + 4 + 4 + 4 = 14 bytes per parameter, e.g. llama-2-7b (6.74e9 params) -> 94.3 GB.
+    """
+    tr = job.training
+    weights, _gradients, optimizer = model_state_bytes(float(job.spec.parameter_count()), PRECISIONS[tr.precision],
+                                                       OPTIMIZER_STATE_BYTES[tr.optimizer], 0, 1)
+    return float(weights + optimizer)
+
+
+@dataclass(frozen=True)
+class RestartModel:
+    """What one preemption costs a job, charged by the simulator the same way whatever policy preempted it.
+
+    A preempted job saves a checkpoint of its state (`checkpoint_bytes`), its GPUs are released, and when it starts
+    again (on any plan, type or size) it pays `cost_s` before it trains: start-up (processes, NCCL init, first step)
+    + save + load at `checkpoint_gbyte_s`. Its progress is that of the checkpoint, taken at the preemption: work
+    done before it is kept, nothing after it exists. kind="flat" charges `flat_s` for every model instead (the
+    historical 30 s, for the sensitivity study). With the defaults: gpt2 122 s, llama-2-7b 214 s, llama-2-70b 1,086 s.
+    """
+
+    kind: str = "checkpoint"  # "checkpoint" (model-aware) or "flat"
+    # processes, NCCL init, loading the code, the first step: the same 120 s the simulator assumes before an
+    # out-of-memory crash shows (SimOptions.oom_startup_s)
+    startup_s: float = 120.0
+    # one job's bandwidth to shared storage, GB/s. An assumption, not a measurement: about one 25 Gb/s NIC (3.1 GB/s
+    # line rate) at ~65% to a shared file system; per job whatever its node count (pessimistic for multi-node jobs
+    # whose ranks write shards in parallel, optimistic when many jobs checkpoint at once).
+    checkpoint_gbyte_s: float = 2.0
+    flat_s: float = 30.0  # kind="flat": seconds per restart for every model
+
+    def save_s(self, job: LLMJob) -> float:
+        """Seconds to write the checkpoint (charged at the restart, see docs/simulation.md)."""
+        return checkpoint_bytes(job) / (self.checkpoint_gbyte_s * GB)
+
+    def load_s(self, job: LLMJob) -> float:
+        return checkpoint_bytes(job) / (self.checkpoint_gbyte_s * GB)
+
+    def cost_s(self, job: LLMJob) -> float:
+        """Seconds a preempted job spends on its new allocation before it trains again.
+
+        e.g. llama-2-7b with the defaults: 120 + 94.3 GB / 2 GB/s (save) + 94.3 GB / 2 GB/s (load) = 214 s.
+        """
+        if self.kind == "flat":
+            return float(self.flat_s)
+        return float(self.startup_s + self.save_s(job) + self.load_s(job))
+
+    def check(self) -> None:
+        """SpecError naming the field when a value is out of range."""
+        if self.kind not in RESTART_KINDS:
+            raise SpecError("restart.kind", f"unknown restart model {self.kind!r}; choose one of: "
+                            f"{', '.join(RESTART_KINDS)}")
+        for name in ("startup_s", "flat_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise SpecError(f"restart.{name}", f"must be a finite number of seconds >= 0, got {v}")
+        if not (math.isfinite(self.checkpoint_gbyte_s) and self.checkpoint_gbyte_s > 0):
+            raise SpecError("restart.checkpoint_gbyte_s", f"must be > 0 GB/s, got {self.checkpoint_gbyte_s}")
+
+
+@dataclass(frozen=True)
+class OomTruth:
+    """Where the simulator's out-of-memory truth comes from when it is not the planner's own prediction.
+
+    true memory = (memory by `method`, or the plan's predicted memory when None) x (1 + u), u drawn uniformly in
+    [-noise, +noise] per (seed, job, split), reproducibly. A run whose true memory exceeds the GPU's capacity fails
+    with out-of-memory `oom_startup_s` after it starts, whatever the policy.
+    """
+
+    method: str | None = None  # a `memory.predict_memory` method other than the planner's (e.g. "paper"), or None
+    noise: float = 0.0  # half-width of the relative noise band (0.2 = +-20%)
 
 
 @dataclass(frozen=True)
@@ -53,23 +129,28 @@ class SimOptions:
     safety_margin: float = 0.10  # share of GPU memory kept free by the planner (frenzy, sia)
     oom_startup_s: float = 120.0  # a job that does not fit crashes this long after it starts (load, first step)
     max_oom_retries: int = 4  # resubmissions after OOM before the job is given up (guarantees termination)
-    restart_overhead_s: float = 30.0  # "flat" restart cost: checkpoint restore when a preempted job starts again
-    # How a preempted (moved) job's restart is charged (`restart_cost_s`): "flat" = restart_overhead_s for every
-    # model (the historical default); "checkpoint" = restart_startup_s + (save + load) of its model states at
-    # checkpoint_gbyte_s, so a 70B job pays far more than gpt2 for the same move.
-    restart_model: str = "flat"
-    # "checkpoint" start-up (processes, NCCL init, load, first step); None = oom_startup_s, the same start-up the
-    # simulator already assumes before an out-of-memory crash shows.
-    restart_startup_s: float | None = None
-    # "checkpoint": one job's bandwidth to shared storage, GB/s. An assumption, not a measurement: about one 25 Gb/s
-    # NIC (3.1 GB/s line rate) at ~65% to a shared file system; per job whatever its node count (pessimistic for
-    # multi-node jobs whose ranks write shards in parallel, optimistic when many jobs checkpoint at once).
-    checkpoint_gbyte_s: float = 2.0
+    # What a preemption costs (save a checkpoint, start up, load it), the same model for every policy.
+    restart: RestartModel = RestartModel()
     sia_round_s: float = 60.0  # Sia's scheduling round
     sia_restart_penalty: float = 0.1  # utility factor lost by an option that moves a running job
     sia_max_jobs: int = 256  # queued jobs the ILP considers per round (queue order), besides the running ones
     sia_max_gpus: int = 64  # largest allocation the ILP offers a job
-    sia_time_limit_s: float = 10.0  # HiGHS time limit per solve
+    # HiGHS limits per solve: a branch-and-bound node limit and a relative gap, never a wall-clock limit, so that
+    # the same inputs give the same allocation whatever the machine's load (HiGHS is deterministic otherwise).
+    sia_node_limit: int = 1000
+    sia_mip_gap: float = 1e-4  # HiGHS's own default relative gap
+    # False (default): solve only when the job set or the free GPUs changed since the last round (at most once per
+    # round); True: solve every round while jobs wait or run (the historical loop, for the equality check).
+    sia_every_round: bool = False
+    # Preemptive Frenzy policies (frenzy-srpt, frenzy-las): a running job is preempted or re-planned only after it
+    # has run this long since its last start (the thrash guard, on top of the restart it must pay) ...
+    preempt_min_run_s: float = 600.0
+    # ... and a running job is re-planned to a larger plan only if its predicted remaining time, restart included,
+    # drops by at least this share.
+    replan_min_gain: float = 0.25
+    # Out-of-memory truth: None = the planner's prediction is the truth (a plan fits iff predicted to fit);
+    # an OomTruth makes the true per-GPU memory differ from the prediction, so the cost of prediction error shows.
+    oom_truth: OomTruth | None = None
     estimator: Any = None  # memory/speed/ranking model; None = DefaultEstimator (memory, perf, plans modules)
 
 
@@ -197,38 +278,19 @@ class MultiSeedResult:
         return pd.concat([r.jobs_frame().assign(seed=r.seed) for r in self.results], ignore_index=True)
 
 
-def checkpoint_bytes(job: LLMJob) -> float:
-    """Bytes of one full checkpoint of the job's training state: every rank writes its shard, so the whole model.
-
-    = weights + optimizer states (fp32 master copy + AdamW's two moments) from `memory.model_state_bytes` with no
-    sharding; gradients are left out because a checkpoint does not keep them (they are recomputed by the next step).
-    bf16-master + AdamW: 2 + 4 + 4 + 4 = 14 bytes per parameter, e.g. llama-2-7b (6.74e9 params) -> 94.3 GB.
-    """
-    tr = job.training
-    weights, _gradients, optimizer = model_state_bytes(float(job.spec.parameter_count()), PRECISIONS[tr.precision],
-                                                       OPTIMIZER_STATE_BYTES[tr.optimizer], 0, 1)
-    return float(weights + optimizer)
-
-
-def restart_cost_s(job: LLMJob, options: SimOptions) -> float:
-    """Seconds a preempted job spends before it trains again on its new allocation (charged on that allocation).
-
-    "flat": `restart_overhead_s`. "checkpoint": start-up + 2 x checkpoint_bytes / bandwidth (save, then load; both
-    charged at the restart, a simplification: the old GPUs are released at once), e.g. llama-2-7b with the
-    defaults: 120 + 2 x 94.3 GB / 2 GB/s = 214 s.
-    """
-    if options.restart_model == "flat":
-        return float(options.restart_overhead_s)
-    startup = options.oom_startup_s if options.restart_startup_s is None else options.restart_startup_s
-    return float(startup + 2.0 * checkpoint_bytes(job) / (options.checkpoint_gbyte_s * GB))
-
-
 def _check_options(opts: SimOptions) -> None:
-    if opts.restart_model not in RESTART_MODELS:
-        raise SpecError("restart_model", f"unknown restart model {opts.restart_model!r}; choose one of: "
-                        f"{', '.join(RESTART_MODELS)}")
-    if opts.restart_model == "checkpoint" and not opts.checkpoint_gbyte_s > 0:
-        raise SpecError("checkpoint_gbyte_s", f"must be > 0 GB/s, got {opts.checkpoint_gbyte_s}")
+    opts.restart.check()
+    if opts.sia_node_limit < 1:
+        raise SpecError("sia_node_limit", f"must be >= 1 branch-and-bound node, got {opts.sia_node_limit}")
+    if opts.oom_truth is not None:
+        from frenzy_core.memory import METHODS
+
+        ot = opts.oom_truth
+        if ot.method is not None and ot.method not in METHODS:
+            raise SpecError("oom_truth.method", f"unknown memory method {ot.method!r}; choose one of: "
+                            f"{', '.join(METHODS)}, or None for the planner's prediction")
+        if not (math.isfinite(ot.noise) and 0 <= ot.noise < 1):
+            raise SpecError("oom_truth.noise", f"must be in [0, 1), got {ot.noise}")
 
 
 class SimulationError(RuntimeError):
@@ -333,7 +395,12 @@ class _Run:
         self.util_busy: list[tuple[int, ...]] = []
         self.capacity = tuple(self.fbt)
         self.round_pending = False
+        self.round_k = 0  # index of the last round pushed (rounds run at k x round_s)
+        self.rounds_done = False
+        self.wake_token = 0  # only the latest wake-up request counts
         self._restart_s: dict = {}  # (model, training) -> restart cost, a function of the job class alone
+        self._true_mem: dict = {}  # (class, split, micro-batch) -> true memory before noise (oom_truth)
+        self.wake_s = math.inf  # the time the policy asked to be called again at (Policy.next_wake_s)
         self.notes: list[str] = []
         self._next_progress = 0.01
 
@@ -369,7 +436,7 @@ class _Run:
         if st.first_start_s is None:
             st.first_start_s = now
         st.startup_s = self._restart_cost(st.job) if st.done_fraction > 0 else 0.0
-        if d.plan.memory_bytes > d.plan.gpu_memory_bytes:
+        if self._true_memory(st, d.plan) > d.plan.gpu_memory_bytes:
             st.run_end_s = now + self.opts.oom_startup_s
             self.push(st.run_end_s, OOM_FAIL, d.job, st.token)
         else:
@@ -379,13 +446,35 @@ class _Run:
     def _restart_cost(self, job: LLMJob) -> float:
         key = (job.model, job.training)
         if key not in self._restart_s:
-            self._restart_s[key] = restart_cost_s(job, self.opts)
+            self._restart_s[key] = self.opts.restart.cost_s(job)
         return self._restart_s[key]
+
+    def _true_memory(self, st: JobStatus, plan) -> float:
+        """Per-GPU memory the run really needs: the plan's prediction, or SimOptions.oom_truth's."""
+        truth = self.opts.oom_truth
+        if truth is None:
+            return plan.memory_bytes
+        key = (st.cls, plan.dp, plan.tp, plan.pp, plan.micro_batch)
+        base = self._true_mem.get(key)
+        if base is None:
+            base = float(plan.memory_bytes)
+            if truth.method is not None:
+                job = st.job
+                tr = job.training if plan.micro_batch == job.training.micro_batch else \
+                    job.training.model_copy(update={"micro_batch": plan.micro_batch})
+                base = float(predict_memory(job.spec, tr, Parallelism(dp=plan.dp, tp=plan.tp, pp=plan.pp),
+                                            method=truth.method).total_bytes)
+            self._true_mem[key] = base
+        if truth.noise <= 0:
+            return base
+        rng = np.random.default_rng([self.ctx.workload.seed, st.idx, plan.dp, plan.tp, plan.pp, plan.micro_batch])
+        return base * (1.0 + rng.uniform(-truth.noise, truth.noise))
 
     def _preempt(self, d: Preempt, now: float) -> None:
         st = self.jobs[d.job]
         if st.state != "running":
             raise SimulationError(f"{self.policy.name}: preempted job {st.job.job_id} which is {st.state}")
+        # the checkpoint is taken now: what was trained since the restart ended is kept, a restart cut short is lost
         worked = max(0.0, now - st.run_start_s - st.startup_s)
         st.done_fraction = min(st.done_fraction + worked / st.plan.time_to_train_s, 1.0 - 1e-12)
         self._release(st, now)
@@ -434,6 +523,8 @@ class _Run:
         st.oom_failures += 1
         self.oom_wasted_gpu_s += st.plan.num_gpus * (now - st.run_start_s)
         st.wasted_gpu_seconds += st.plan.num_gpus * (now - st.run_start_s)
+        # what a planner learns from the crash: this job needs less than this plan's predicted memory per GPU
+        st.oom_memory_bytes = min(st.oom_memory_bytes or st.plan.memory_bytes, st.plan.memory_bytes)
         if st.oom_failures > self.opts.max_oom_retries:
             st.state = "gave_up"
             self.notes.append(f"job {st.job.job_id} gave up after {st.oom_failures} out-of-memory failures")
@@ -444,10 +535,13 @@ class _Run:
             self.queue[j] = None
         return False, True
 
-    def _decide(self, now: float) -> int:
-        view = SchedulerView(now_s=now, index=self.ctx.index, free=self._free_ro, free_by_type=tuple(self.fbt),
+    def _view(self, now: float) -> SchedulerView:
+        return SchedulerView(now_s=now, index=self.ctx.index, free=self._free_ro, free_by_type=tuple(self.fbt),
                              queue=ReadOnlyList(self.queue), running=ReadOnlyList(self.running),
                              jobs=ReadOnlyList(self.jobs), release_epoch=self.release_epoch)
+
+    def _decide(self, now: float) -> int:
+        view = self._view(now)
         t0 = time.perf_counter()
         decisions = self.policy.decide(view)
         self.decision_wall.append(time.perf_counter() - t0)
@@ -463,42 +557,58 @@ class _Run:
                 raise SimulationError(f"{self.policy.name}: unknown decision {d!r}")
         return len(decisions)
 
-    def _schedule_round(self, now: float) -> None:
-        r = self.policy.round_s
-        self.push(math.ceil(now / r) * r, ROUND, -1)
+    def _push_round(self, k: int) -> None:
+        """Round k runs at k x round_s (an integer grid, so both round modes meet the same instants)."""
+        self.round_k = k
+        self.push(k * self.policy.round_s, ROUND, -1)
         self.round_pending = True
 
     def loop(self) -> None:
         for i, j in enumerate(self.ctx.workload.jobs):
             self.push(j.arrival_s, ARRIVE, i)
         round_based = self.policy.round_s is not None
+        every_round = self.opts.sia_every_round
+        preemptive = getattr(self.policy, "preemptive", False)
         heap = self.heap
         last_busy = None
         while heap:
             now = heap[0][0]
-            arrived = released = is_round = False
+            arrived = released = is_round = woken = False
             while heap and heap[0][0] == now:
                 _, kind, _, j, token = heapq.heappop(heap)
                 if kind == ROUND:
                     is_round = True
                     self.round_pending = False
                     continue
+                if kind == WAKE:
+                    woken |= token == self.wake_token
+                    continue
                 a, r = self._event(kind, j, token, now)
                 arrived |= a
                 released |= r
             if round_based:
+                r_s = self.policy.round_s
+                changed = arrived or released
                 if is_round:
                     n = self._decide(now) if (self.queue or self.running) else 0
-                    if self.queue or self.running:
+                    if every_round and (self.queue or self.running):
                         stalled = n == 0 and not self.running and not any(k == ARRIVE for _, k, *_ in heap)
                         if stalled:
                             break
-                        self.push(now + self.policy.round_s, ROUND, -1)
-                        self.round_pending = True
-                elif arrived and not self.round_pending:
-                    self._schedule_round(now)
-            elif (arrived or released) and self.queue:
+                        self._push_round(self.round_k + 1)
+                    elif n and (self.queue or self.running):
+                        self._push_round(self.round_k + 1)  # its own decisions changed the state: look again
+                elif changed and not self.round_pending and (self.queue or self.running):
+                    # the next grid point, never earlier than one round after the last one
+                    self._push_round(max(math.ceil(now / r_s), self.round_k + 1 if self.rounds_done else 0))
+                if is_round:
+                    self.rounds_done = True
+            elif ((arrived or released or woken) and self.queue) or (released and preemptive and self.running):
                 self._decide(now)
+                wake = self.policy.next_wake_s(self._view(now)) if self.queue and self.running else None
+                if wake is not None and wake > now and math.isfinite(wake):
+                    self.wake_token += 1
+                    self.push(wake, WAKE, -1, self.wake_token)
             busy = tuple(c - f for c, f in zip(self.capacity, self.fbt, strict=True))
             if busy != last_busy:
                 if self.util_t and self.util_t[-1] == now:

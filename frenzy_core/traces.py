@@ -619,7 +619,7 @@ def load_native(source: Source, *, limit: int | None = None) -> Trace:
 
     >>> load_native("job_id,arrival_s,num_gpus,duration_s\\nb,70,2,60\\na,10,1,3600\\n").jobs[0]
     TraceJob(job_id='a', arrival_s=0.0, num_gpus=1, duration_s=3600.0, gpu_type=None, source_row=2, model=None, \
-tokens=None, job_type=None)
+tokens=None, job_type=None, batch_size=None)
     """
     t = _parse(source, fmt="native", expected=NATIVE_COLUMNS, required=NATIVE_COLUMNS[:4])
     c = _Checks(t)

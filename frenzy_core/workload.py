@@ -104,13 +104,13 @@ class NodeShape:
 
 
 def node_shape(cluster: Cluster, gpu_type: str) -> NodeShape:
-    """The largest node of this type stands for all (it decides how far tensor parallelism can go)."""
-    nodes = [n for n in cluster.nodes if n.gpu_type == gpu_type]
-    if not nodes:
+    """The node rule `plans.rank_plans` uses, from the cluster's per-type summary (one place for it): the largest node
+    of the type bounds tensor parallelism, its slowest intra-node link and network price the communication."""
+    s = cluster.type_summary.get(gpu_type)
+    if s is None:
         g = cluster.gpu(gpu_type)
         return NodeShape(8, g.intra_link_gbyte_s, 100.0)
-    big = max(nodes, key=lambda n: n.num_gpus)
-    return NodeShape(big.num_gpus, cluster.intra_link_gbyte_s(big), big.network_gbit_s)
+    return NodeShape(s.max_gpus_per_node, s.min_intra_link_gbyte_s, s.min_network_gbit_s)
 
 
 class DefaultEstimator:
@@ -255,12 +255,17 @@ class PlanTable:
         return got
 
     def best(self, model: ModelSpec, training: TrainingSpec, gpu_type: str, count: int, *,
-             safety_margin: float = 0.0, tune_micro_batch: bool = False) -> Plan | None:
-        """Fastest fitting split of exactly `count` GPUs; tune_micro_batch also tries micro-batches 2, 4, ... 64."""
-        key = (model.name, training, gpu_type, count, safety_margin, tune_micro_batch)
+             safety_margin: float = 0.0, tune_micro_batch: bool = False, placeable: bool = True) -> Plan | None:
+        """Fastest fitting split of exactly `count` GPUs; tune_micro_batch also tries micro-batches 2, 4, ... 64.
+
+        The splits, the tensor-parallel rule and the links are `plans.rank_plans`'s (tested against it).
+        placeable=False drops the rule that each t-group sits in one node of this cluster: for a count the trace's
+        own cluster ran, which may exceed this one (`map_trace`)."""
+        key = (model.name, training, gpu_type, count, safety_margin, tune_micro_batch, placeable)
         if key in self._best:
             return self._best[key]
         cap = self.cluster.gpu(gpu_type).memory_bytes * (1.0 - safety_margin)
+        summary = self.cluster.type_summary.get(gpu_type)
         best = None
         micro = [training.micro_batch]
         if tune_micro_batch:
@@ -269,6 +274,8 @@ class PlanTable:
             tr = training if b == training.micro_batch else training.model_copy(update={"micro_batch": b})
             found = False
             for par in splits(model, tr, count, self.shape(gpu_type).gpus_per_node):
+                if placeable and summary is not None and count > summary.capacity_for_tp(par.tp):
+                    continue  # as in rank_plans: each tensor-parallel group inside one node
                 p = self.evaluate(model, tr, gpu_type, par)
                 if p.memory_bytes <= cap:
                     found = True
@@ -349,7 +356,8 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
                 key = (m, gpu_type, n)
                 if key not in fit_cache:
                     model = ZOO[m]
-                    fit_cache[key] = table.best(model, default_training(model, count), gpu_type, n)
+                    fit_cache[key] = table.best(model, default_training(model, count), gpu_type, n,
+                                                placeable=n != count)
             plan = fit_cache[(m, gpu_type, count)]
             if plan is not None and fit_cache[(m, gpu_type, runnable)] is not None:
                 fallbacks += m != name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from frenzy_core.cluster import parse_cluster_yaml
@@ -201,3 +202,127 @@ def test_frenzy_eft_reservation_keeps_later_jobs_off_the_gpus_a_waiting_job_need
     assert 1 not in plain and 1 not in held  # job 1 waits for all 8 T4s (3600 + 5701 < 10907 s) in both modes
     assert plain[0].placement.gpu_type == "T4"  # without a reservation job 0 takes the free T4s now ...
     assert not held  # ... with one it may not: it would hold them past 3600 s, and no T4 is spare then
+
+
+# --- sia: no unplaceable preemption, event-driven rounds, a deterministic solver --------------------------------------
+def _busy_trace(n: int = 40, seed: int = 3) -> list[TraceJob]:
+    """Jobs of 1-8 GPUs arriving faster than they finish on CLUSTER, so Sia's ILP keeps moving some of them."""
+    rng = np.random.default_rng(seed)
+    return [TraceJob(f"b{i}", float(60 * i + rng.integers(0, 50)), int(rng.choice([1, 2, 4, 8])),
+                     float(rng.integers(600, 7200))) for i in range(n)]
+
+
+def test_sia_preempts_only_jobs_whose_new_allocation_is_started_in_the_same_decision(monkeypatch):
+    """The ILP ignores fragmentation, so some of its moves cannot be placed; those jobs must keep running."""
+    from frenzy_core.policies.sia import SiaPolicy
+
+    seen = {"preempts": 0}
+    decide = SiaPolicy.decide
+
+    def checked(self, view):
+        out = decide(self, view)
+        starts = {d.job for d in out if isinstance(d, Start)}
+        for d in out:
+            if isinstance(d, Preempt):
+                seen["preempts"] += 1
+                assert d.job in starts, f"job {d.job} preempted without a placed new allocation"
+        return out
+
+    monkeypatch.setattr(SiaPolicy, "decide", checked)
+    r = simulate(_busy_trace(), CLUSTER, "sia", options=SimOptions(estimator=AnalyticEstimator()))
+    assert seen["preempts"] > 0 and r.completed == 40
+    assert r.policy_stats["moves_kept_unplaceable"] > 0  # the rule was exercised: some moves were refused
+    assert r.metrics()["restarts"] == seen["preempts"]  # every preemption was followed by a start
+
+
+def test_sia_event_driven_rounds_give_the_every_round_result_with_fewer_solves():
+    """Sia's decision is a function of the job set, the allocations and the free GPUs; when none changed since
+    the last round, solving again gives the same answer, so skipping those rounds cannot change the schedule."""
+    est = AnalyticEstimator()
+    every = simulate(_busy_trace(30), CLUSTER, "sia",
+                     options=SimOptions(estimator=est, sia_every_round=True, sia_round_s=240.0))
+    event = simulate(_busy_trace(30), CLUSTER, "sia", options=SimOptions(estimator=est, sia_round_s=240.0))
+    assert event.metrics()["restarts"] > 0
+    pd.testing.assert_frame_equal(every.jobs_frame(), event.jobs_frame())
+    assert event.policy_stats["ilp_solves"] < every.policy_stats["ilp_solves"] / 2
+
+
+def test_sia_solver_has_a_node_and_gap_limit_and_no_time_limit(monkeypatch):
+    import frenzy_core.policies.sia as sia
+
+    got = {}
+    real = sia.milp
+
+    def spy(*a, options=None, **k):
+        got.update(options)
+        return real(*a, options=options, **k)
+
+    monkeypatch.setattr(sia, "milp", spy)
+    simulate(JOBS, CLUSTER, "sia", options=SimOptions(estimator=AnalyticEstimator(), sia_node_limit=77))
+    assert "time_limit" not in got and got["node_limit"] == 77 and got["mip_rel_gap"] == SimOptions().sia_mip_gap
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_policy_gives_identical_results_for_the_same_seed(name):
+    opts = SimOptions(estimator=AnalyticEstimator())
+    a = simulate(_busy_trace(24), CLUSTER, name, seed=5, options=opts)
+    b = simulate(_busy_trace(24), CLUSTER, name, seed=5, options=opts)
+    pd.testing.assert_frame_equal(a.jobs_frame(), b.jobs_frame())
+    assert a.policy_stats.keys() == b.policy_stats.keys()
+
+
+def test_sia_grouped_ilp_has_the_per_job_ilps_optimum():
+    """Jobs with equal utility rows are interchangeable: solving once per group (integer counts) must reach the
+    same objective as one binary row per job, on random instances with many duplicate rows."""
+    from frenzy_core.policies.sia import solve_counts
+
+    rng = np.random.default_rng(0)
+    options = [(0, 1), (0, 2), (0, 4), (1, 1), (1, 2), (1, 4), (1, 8)]
+    for _ in range(8):
+        base = rng.random((4, 7)) * (rng.random((4, 7)) > 0.3)
+        util = base[rng.integers(0, 4, size=20)]
+        per_job = solve_allocation(util, options, [6, 10])
+        want = sum(util[i, o] for i, o in enumerate(per_job) if o >= 0)
+        uniq, inv = np.unique(util, axis=0, return_inverse=True)
+        y = solve_counts(uniq, np.bincount(inv.ravel()), options, [6, 10])
+        assert (uniq * y).sum() == pytest.approx(want, rel=1e-9)
+        assert (y.sum(axis=1) <= np.bincount(inv.ravel())).all()
+        assert sum(y[:, o].sum() * s for o, (t, s) in enumerate(options) if t == 1) <= 10
+
+
+# --- frenzy-srpt / frenzy-las: who preempts whom, and when -----------------------------------------------------------
+ONE_NODE = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 4}]")
+
+
+def _long_then_short(short_arrival_s: float, policy: str):
+    """L (4 GPUs, 10 h on them) arrives alone at 0 and takes the node; S (1 GPU, 10 min) arrives later."""
+    jobs = [TraceJob("L", 0.0, 4, 36000.0), TraceJob("S", short_arrival_s, 1, 600.0)]
+    r = simulate(jobs, ONE_NODE, policy, options=SimOptions(estimator=AnalyticEstimator()))
+    assert r.completed == 2
+    return {k: r.jobs[k] for k in ("start_s", "restarts", "finish_s")}
+
+
+def test_frenzy_srpt_preempts_a_long_job_for_a_short_one_once_its_guard_has_passed():
+    got = _long_then_short(1000.0, "frenzy-srpt")  # L has run 1000 s >= the 600 s guard: S starts at once
+    assert got["start_s"][1] == 1000.0 and list(got["restarts"]) == [1, 0]
+    got = _long_then_short(300.0, "frenzy-srpt")  # L has run 300 s: S waits for the guard (a wake-up at 600 s)
+    assert got["start_s"][1] == 600.0 and list(got["restarts"]) == [1, 0]
+    assert got["finish_s"][1] < got["finish_s"][0]
+
+
+def test_frenzy_las_preempts_only_across_queues():
+    """L attains 1 GPU-hour (4 GPUs x 900 s) at 900 s. S arriving at 700 s is in the same (top) queue as L, so it
+    waits for L's demotion at 900 s; arriving at 1000 s it preempts L at once. No size knowledge is used."""
+    got = _long_then_short(700.0, "frenzy-las")
+    assert got["start_s"][1] == pytest.approx(900.0) and list(got["restarts"]) == [1, 0]
+    got = _long_then_short(1000.0, "frenzy-las")
+    assert got["start_s"][1] == 1000.0 and list(got["restarts"]) == [1, 0]
+
+
+def test_preemptive_frenzy_grows_a_job_when_the_others_finish():
+    """Two jobs share the node (2 + 2 GPUs under the fair-share cap); when the short one ends, the long one, past its
+    guard, is re-planned onto all 4 GPUs (one restart) because that shortens its remaining time by > 25%."""
+    jobs = [TraceJob("A", 0.0, 2, 20000.0), TraceJob("B", 0.0, 2, 1200.0)]
+    for policy in ("frenzy-srpt", "frenzy-las"):
+        r = simulate(jobs, ONE_NODE, policy, options=SimOptions(estimator=AnalyticEstimator()))
+        assert list(r.jobs["restarts"]) == [1, 0] and r.jobs["num_gpus"][0] == 4, policy

@@ -9,6 +9,7 @@ performance models (which have their own tests). Regenerate after an intended ch
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +22,10 @@ from frenzy_core.models import ZOO
 from frenzy_core.policies import REGISTRY, Start
 from frenzy_core.policies.base import Policy
 from frenzy_core.simulate import (
+    RestartModel,
     SimOptions,
     SimulationError,
     checkpoint_bytes,
-    restart_cost_s,
     simulate,
     simulate_seeds,
 )
@@ -275,7 +276,7 @@ def test_a_job_given_up_after_oom_retries_is_counted_and_left_out_of_jct():
     assert r.summary_dict()["gave_up"] == 1
 
 
-# --- restart cost (SimOptions.restart_model) ---------------------------------------------------------------------
+# --- restart cost (SimOptions.restart: RestartModel) --------------------------------------------------------------------
 def test_checkpoint_restart_cost_is_startup_plus_saving_and_loading_weights_and_optimizer_states():
     """llama-2-7b, bf16-master + AdamW: a checkpoint holds 2 (bf16 weights) + 4 (fp32 master) + 4 + 4 (Adam moments)
     = 14 bytes per parameter (no gradients); save + load at 2 GB/s after a 120 s start-up."""
@@ -287,18 +288,18 @@ def test_checkpoint_restart_cost_is_startup_plus_saving_and_loading_weights_and_
     assert checkpoint_bytes(job) == pytest.approx(ckpt_bytes, rel=1e-12)
     want = 120.0 + 2 * ckpt_bytes / 2e9
     assert want == pytest.approx(214.3, abs=0.1)
-    assert restart_cost_s(job, SimOptions(restart_model="checkpoint")) == pytest.approx(want, rel=1e-12)
-    assert restart_cost_s(job, SimOptions(restart_model="checkpoint", oom_startup_s=60.0)) == pytest.approx(want - 60)
-    assert restart_cost_s(job, SimOptions(restart_model="checkpoint", restart_startup_s=0.0,
-                                          checkpoint_gbyte_s=4.0)) == pytest.approx(ckpt_bytes / 2e9)
-    assert restart_cost_s(job, SimOptions()) == 30.0  # the default stays the flat 30 s
+    assert RestartModel().cost_s(job) == pytest.approx(want, rel=1e-12)
+    assert SimOptions().restart == RestartModel()  # the model-aware cost is every policy's default
+    assert RestartModel(startup_s=60.0).cost_s(job) == pytest.approx(want - 60)
+    assert RestartModel(startup_s=0.0, checkpoint_gbyte_s=4.0).cost_s(job) == pytest.approx(ckpt_bytes / 2e9)
+    assert RestartModel(kind="flat").cost_s(job) == 30.0
 
 
 def test_an_unknown_restart_model_is_refused(golden_cluster):
     with pytest.raises(SpecError, match="unknown restart model") as err:
         simulate([TraceJob("x", 0.0, 1, 10.0)], golden_cluster, "sia",
-                 options=SimOptions(estimator=AnalyticEstimator(), restart_model="free"))
-    assert err.value.field == "restart_model"
+                 options=SimOptions(estimator=AnalyticEstimator(), restart=RestartModel(kind="free")))
+    assert err.value.field == "restart.kind"
 
 
 def test_a_moved_sia_job_finishes_later_by_exactly_the_restart_cost_difference():
@@ -315,9 +316,9 @@ nodes:
     w = map_trace(jobs, cluster, seed=0, estimator=AnalyticEstimator())
     assert [j.model for j in w.jobs] == ["gpt2-xl", "gpt2-large"]
     b = w.jobs[1]
-    variants = {"flat 30": SimOptions(estimator=AnalyticEstimator()),
-                "flat 120": SimOptions(estimator=AnalyticEstimator(), restart_overhead_s=120.0),
-                "checkpoint": SimOptions(estimator=AnalyticEstimator(), restart_model="checkpoint")}
+    variants = {"flat 30": SimOptions(estimator=AnalyticEstimator(), restart=RestartModel(kind="flat")),
+                "flat 120": SimOptions(estimator=AnalyticEstimator(), restart=RestartModel(kind="flat", flat_s=120.0)),
+                "checkpoint": SimOptions(estimator=AnalyticEstimator())}
     runs = {k: simulate(w, cluster, "sia", options=o) for k, o in variants.items()}
     for r in runs.values():
         assert list(r.jobs["restarts"]) == [0, 1] and list(r.jobs["gpu_type"]) == ["A100-80GB", "A100-80GB"]
@@ -326,4 +327,133 @@ nodes:
     jct = {k: r.jobs["jct_s"][1] for k, r in runs.items()}
     assert jct["flat 120"] - jct["flat 30"] == pytest.approx(90.0, abs=1e-6)
     assert jct["checkpoint"] - jct["flat 30"] == pytest.approx(ckpt_s - 30.0, abs=1e-6)
-    assert restart_cost_s(b, variants["checkpoint"]) == pytest.approx(ckpt_s, rel=1e-12)
+    assert variants["checkpoint"].restart.cost_s(b) == pytest.approx(ckpt_s, rel=1e-12)
+
+
+# --- preemption: invariants for every policy that preempts, the restart model charged equally -----------------------
+PREEMPTING = ("sia", "frenzy-srpt", "frenzy-las")
+
+
+def _busy_jobs(n: int = 30, seed: int = 3) -> list[TraceJob]:
+    rng = np.random.default_rng(seed)
+    return [TraceJob(f"b{i}", float(90 * i + rng.integers(0, 60)), int(rng.choice([1, 2, 4, 8])),
+                     float(rng.integers(900, 9000))) for i in range(n)]
+
+
+@pytest.mark.parametrize("policy", sorted(REGISTRY))
+def test_preemption_invariants_no_job_lost_progress_kept_no_gpu_overcommitted(golden_cluster, policy, monkeypatch):
+    """Every start and preemption is checked as it happens: a job's trained share never goes down (a preemption
+    keeps what was trained up to it, its checkpoint), no node ever has fewer than 0 free GPUs and the per-type counts
+    match the nodes, and every job ends done; starts = jobs + restarts (no out-of-memory here)."""
+    from frenzy_core import simulate as sim
+
+    log = {"starts": 0, "preempts": 0}
+    seen: dict[int, float] = {}
+    start, preempt = sim._Run._start, sim._Run._preempt
+
+    def checked_start(self, d, now):
+        before = self.jobs[d.job].done_fraction
+        start(self, d, now)
+        log["starts"] += 1
+        assert (self.free >= 0).all()
+        assert list(self.ctx.index.free_by_type(self.free)) == self.fbt
+        assert self.jobs[d.job].done_fraction == before
+
+    def checked_preempt(self, d, now):
+        st = self.jobs[d.job]
+        before = st.done_fraction
+        trained = max(0.0, now - st.run_start_s - st.startup_s) / st.plan.time_to_train_s
+        preempt(self, d, now)
+        log["preempts"] += 1
+        assert st.done_fraction >= before and st.done_fraction >= seen.get(d.job, 0.0)
+        assert st.done_fraction == pytest.approx(min(before + trained, 1 - 1e-12), abs=1e-12)
+        seen[d.job] = st.done_fraction
+
+    monkeypatch.setattr(sim._Run, "_start", checked_start)
+    monkeypatch.setattr(sim._Run, "_preempt", checked_preempt)
+    r = simulate(_busy_jobs(), golden_cluster, policy, seed=0, options=OPTS)
+    assert (r.jobs["state"] == "done").all() and r.completed == 30
+    assert log["starts"] == 30 + r.metrics()["restarts"] and log["preempts"] == r.metrics()["restarts"]
+    if policy in PREEMPTING:
+        assert log["preempts"] > 0, "the busy trace must make this policy preempt"
+
+
+@pytest.mark.parametrize("policy", PREEMPTING)
+def test_every_preempting_policy_pays_the_same_model_aware_restart(golden_cluster, policy, monkeypatch):
+    """A restarted job trains only after start-up + saving and loading its checkpoint (14 bytes per parameter at
+    2 GB/s, computed here), whichever policy moved it; a first start pays nothing."""
+    from frenzy_core import simulate as sim
+
+    charged: list[tuple[float, float]] = []
+    start = sim._Run._start
+
+    def spy(self, d, now):
+        st = self.jobs[d.job]
+        restarted = st.done_fraction > 0
+        start(self, d, now)
+        if restarted:
+            want = 120.0 + 2 * ZOO[st.job.model].parameter_count() * 14 / 2e9
+            charged.append((st.startup_s, want))
+            assert st.run_end_s == pytest.approx(now + want + (1 - st.done_fraction) * d.plan.time_to_train_s)
+        else:
+            assert st.startup_s == 0.0
+
+    monkeypatch.setattr(sim._Run, "_start", spy)
+    simulate(_busy_jobs(), golden_cluster, policy, seed=0, options=OPTS)
+    assert charged
+    for got, want in charged:
+        assert got == pytest.approx(want, rel=1e-12)
+
+
+# --- out-of-memory truth that is not the planner's prediction (SimOptions.oom_truth) --------------------------------
+def test_oom_truth_none_or_a_zero_band_is_the_planners_prediction(golden_cluster):
+    from frenzy_core.simulate import OomTruth
+
+    a = simulate(_golden_trace(), golden_cluster, "frenzy-eft", options=OPTS)
+    b = simulate(_golden_trace(), golden_cluster, "frenzy-eft", options=replace(OPTS, oom_truth=OomTruth(noise=0.0)))
+    pd.testing.assert_frame_equal(a.jobs_frame(), b.jobs_frame())
+    assert a.oom_failures == 0
+
+
+def test_a_noise_band_on_true_memory_makes_planned_jobs_crash_and_the_planner_learn(golden_cluster, monkeypatch):
+    """With true memory up to 40% above the prediction, some of Frenzy's plans (10% margin) no longer fit: they fail
+    after the 120 s start-up, and each retry of the job takes a plan predicted to need strictly less memory per
+    GPU than every plan that crashed before; a job that crashes max_oom_retries + 1 times is given up, one with no
+    such plan left is rejected."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.simulate import OomTruth
+
+    tried: dict[int, list[int]] = {}
+    start = sim._Run._start
+
+    def spy(self, d, now):
+        tried.setdefault(d.job, []).append(d.plan.memory_bytes)
+        start(self, d, now)
+
+    exact = simulate(_busy_jobs(), golden_cluster, "frenzy", options=OPTS)
+    monkeypatch.setattr(sim._Run, "_start", spy)
+    opts = replace(OPTS, oom_truth=OomTruth(noise=0.4))
+    noisy = simulate(_busy_jobs(), golden_cluster, "frenzy", options=opts)
+    again = simulate(_busy_jobs(), golden_cluster, "frenzy", options=opts)
+    assert exact.oom_failures == 0 and noisy.oom_failures > 0 and noisy.oom_wasted_gpu_hours > 0
+    pd.testing.assert_frame_equal(noisy.jobs_frame(), again.jobs_frame())  # the noise is drawn from the seed
+    for j in np.flatnonzero(noisy.jobs["oom_failures"] > 0):
+        mem = tried[j][: len(tried[j]) // 2]  # the spy saw both runs
+        assert all(b < a for a, b in zip(mem, mem[1:], strict=False)), mem
+        state = noisy.jobs["state"][j]
+        # rejected: no plan is predicted to need less (e.g. pure data parallelism only: memory per GPU is the same)
+        assert state in ("done", "rejected") or noisy.jobs["oom_failures"][j] == OPTS.max_oom_retries + 1
+    assert (noisy.jobs["state"][noisy.jobs["oom_failures"] == 0] == "done").all()
+
+
+def test_oom_truth_from_another_memory_method_and_bad_values_are_refused(golden_cluster):
+    from frenzy_core.simulate import OomTruth
+
+    r = simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(method="paper")))
+    assert r.completed + r.metrics()["gave_up"] + r.metrics()["rejected"] == 20
+    with pytest.raises(SpecError) as err:
+        simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(noise=1.5)))
+    assert err.value.field == "oom_truth.noise"
+    with pytest.raises(SpecError) as err:
+        simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(method="x")))
+    assert err.value.field == "oom_truth.method"

@@ -36,7 +36,7 @@ def test_tokens_make_the_original_allocation_run_for_the_trace_duration(tiny_clu
     w = map_trace(JOBS, tiny_cluster, seed=0, estimator=est)
     table = PlanTable(est, tiny_cluster)
     for j in w.jobs:
-        plan = table.best(ZOO[j.model], j.training, j.original_gpu_type, j.trace_gpus)
+        plan = table.best(ZOO[j.model], j.training, j.original_gpu_type, j.trace_gpus, placeable=False)
         assert plan is not None, "the mapped model must fit its original allocation"
         assert scale_plan(plan, j.tokens).time_to_train_s == pytest.approx(j.trace_duration_s, rel=1e-9)
 
@@ -94,5 +94,42 @@ def test_default_estimator_mapping_on_sia_cluster():
     assert len(w.jobs) == len(JOBS) and all(j.tokens > 0 for j in w.jobs)
     table = PlanTable(__import__("frenzy_core.workload").workload.DefaultEstimator(), cluster)
     for j in w.jobs:
-        plan = table.best(ZOO[j.model], j.training, j.original_gpu_type, j.trace_gpus)
+        plan = table.best(ZOO[j.model], j.training, j.original_gpu_type, j.trace_gpus, placeable=False)
         assert scale_plan(plan, j.tokens).time_to_train_s == pytest.approx(j.trace_duration_s, rel=1e-9)
+
+
+def test_plan_table_and_rank_plans_share_one_enumeration():
+    """sia/fcfs (PlanTable.best) and frenzy (plans.rank_plans) must see the same splits, tensor-parallel rule (each
+    t-group inside one node, nodes of different sizes) and links (the type's slowest): for every (type, count) the
+    fastest fitting split has the same step time in both, and exists in both or in neither."""
+    from frenzy_core.cluster import parse_cluster_yaml
+    from frenzy_core.plans import rank_plans
+    from frenzy_core.workload import DefaultEstimator, PlanTable, default_training
+
+    cluster = parse_cluster_yaml("""
+nodes:
+  - {name: big, gpu_type: A100-80GB, num_gpus: 8, network_gbit_s: 200}
+  - {name: small, gpu_type: A100-80GB, num_gpus: 4, network_gbit_s: 25}
+  - {name: t, gpu_type: T4, num_gpus: 2, count: 3, network_gbit_s: 50}
+""")
+    model = ZOO["gpt2-xl"]
+    training = default_training(model, 8)
+    ranked = rank_plans(model, training, cluster, objective="time", tokens=1e9, micro_batch=training.micro_batch)
+    fastest: dict = {}
+    for p in ranked.plans:
+        key = (p.gpu_type, p.num_gpus)
+        fastest[key] = min(fastest.get(key, float("inf")), p.step_time_s)
+    table = PlanTable(DefaultEstimator(), cluster)
+    seen = 0
+    for gpu_type, total in cluster.gpus_by_type().items():
+        for count in range(1, total + 1):
+            p = table.best(model, training, gpu_type, count, safety_margin=0.10)
+            want = fastest.get((gpu_type, count))
+            assert (p is None) == (want is None), (gpu_type, count)
+            if p is not None:
+                seen += 1
+                assert p.step_time_s == pytest.approx(want, rel=1e-9), (gpu_type, count)
+    assert seen >= 12
+    # 12 A100s with t = 8 would need a 12-GPU node: neither may offer a t = 8 plan of 12 GPUs
+    assert not [p for p in ranked.plans if p.gpu_type == "A100-80GB" and p.num_gpus == 12 and p.tp == 8]
+    assert table.best(model, training, "A100-80GB", 12, safety_margin=0.10).tp < 8

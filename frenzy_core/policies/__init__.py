@@ -6,8 +6,10 @@ from frenzy_core.policies.base import Decision, Policy, PolicyContext, Preempt, 
 from frenzy_core.policies.fcfs import FcfsPolicy
 from frenzy_core.policies.frenzy import FrenzyPolicy
 from frenzy_core.policies.frenzy_eft import FrenzyEftPolicy
+from frenzy_core.policies.frenzy_las import FrenzyLasPolicy
 from frenzy_core.policies.frenzy_share import FrenzySharePolicy
 from frenzy_core.policies.gavel import GavelPolicy
+from frenzy_core.policies.frenzy_srpt import FrenzySrptPolicy
 from frenzy_core.policies.sia import SiaPolicy
 from frenzy_core.policies.sia_real import SiaRealPolicy
 
@@ -15,6 +17,8 @@ REGISTRY: dict[str, type[Policy]] = {
     "frenzy": FrenzyPolicy,
     "frenzy-share": FrenzySharePolicy,
     "frenzy-eft": FrenzyEftPolicy,
+    "frenzy-srpt": FrenzySrptPolicy,
+    "frenzy-las": FrenzyLasPolicy,
     "fcfs": FcfsPolicy,
     "sia": SiaPolicy,
     "sia-real": SiaRealPolicy,

@@ -54,7 +54,7 @@ class JobStatus:
 
     __slots__ = ("idx", "job", "cls", "requested_gpus", "done_fraction", "oom_failures", "restarts", "plan",
                  "placement", "run_start_s", "run_end_s", "first_start_s", "finish_s", "state", "token",
-                 "gpu_seconds", "wasted_gpu_seconds", "startup_s")
+                 "gpu_seconds", "wasted_gpu_seconds", "startup_s", "oom_memory_bytes")
 
     def __init__(self, idx: int, job: LLMJob, cls: int):
         self.idx = idx
@@ -76,6 +76,16 @@ class JobStatus:
         self.gpu_seconds: dict[str, float] = {}
         self.wasted_gpu_seconds = 0.0  # GPU time of runs that ended in out-of-memory
         self.startup_s = 0.0  # start-up / restore time of the current run
+        # smallest predicted per-GPU memory of a plan that crashed out of memory (None: none did); planners only
+        # try plans predicted to need less (SimOptions.oom_truth)
+        self.oom_memory_bytes: int | None = None
+
+    def attained_gpu_s(self, now_s: float) -> float:
+        """GPU-seconds of service received so far (Tiresias's attained service), the current run included."""
+        done = sum(self.gpu_seconds.values())
+        if self.state == "running":
+            done += self.plan.num_gpus * (now_s - self.run_start_s)
+        return done
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,11 @@ class Policy(ABC):
     def stats(self) -> dict[str, float]:
         """Policy-specific figures for the result (e.g. ILP solve times)."""
         return {}
+
+    def next_wake_s(self, view: SchedulerView) -> float | None:
+        """An event-driven policy may ask to be called again at this time even if nothing arrives or ends (e.g.
+        when a running job's priority will change); None = only at arrivals and releases. Read-only, like decide."""
+        return None
 
 
 class ReadOnlyList(Sequence):

@@ -68,6 +68,12 @@ class FrenzyPolicy(Policy):
         """The plans HAS walks for this job now: in the paper, all of them in ranked order (variants filter)."""
         return plans
 
+    @staticmethod
+    def learned(st, plans):
+        """Plans predicted to need less memory per GPU than any plan of this job that crashed out of memory."""
+        limit = st.oom_memory_bytes
+        return plans if limit is None else [c for c in plans if c[3].memory_bytes < limit]
+
     def decide(self, view: SchedulerView) -> list[Decision]:
         free: FreeGPUs | None = None
         fbt = view.free_by_type
@@ -92,7 +98,11 @@ class FrenzyPolicy(Policy):
                 continue
             if free is None:
                 free = FreeGPUs(view.index, view.free, view.free_by_type)
-            got = free.first_plan(self.candidates(view, st, plans))
+            cands = self.learned(st, self.candidates(view, st, plans))
+            if not cands and st.oom_memory_bytes is not None:
+                out.append(Reject(j, "every plan predicted to fit ran out of memory"))
+                continue
+            got = free.first_plan(cands)
             if got is None:
                 failed[j] = epoch
                 continue

@@ -113,7 +113,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
     def _run_s(self, st, plan) -> float:
         """Predicted run time of this plan for what is left of the job (what the simulator will charge)."""
         left = 1.0 - st.done_fraction
-        extra = self.ctx.options.restart_overhead_s if st.done_fraction > 0 else 0.0
+        extra = self.ctx.options.restart.cost_s(st.job) if st.done_fraction > 0 else 0.0
         return st.job.tokens / plan.tokens_per_s * left + extra
 
     def decide(self, view: SchedulerView) -> list[Decision]:
@@ -144,7 +144,10 @@ class FrenzyEftPolicy(FrenzySharePolicy):
                 free = FreeGPUs(view.index, view.free, view.free_by_type)
             if rel is None:
                 rel = _Releases(view, self._type_pos)
-            cands = self.candidates(view, st, plans)
+            cands = self.learned(st, self.candidates(view, st, plans))
+            if not cands:
+                out.append(Reject(j, "every plan predicted to fit ran out of memory"))
+                continue
             # 1. the fastest candidate HAS can place now (and that keeps this decision's reservations)
             best_now = None
             best_finish = inf

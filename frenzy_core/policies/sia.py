@@ -13,8 +13,10 @@ job's normalised throughput, tokens/s of its best fitting split on o (the shared
 its best over all options, so every job weighs the same whatever its model; an option other than a running job's
 current one is multiplied by (1 - `sia_restart_penalty`) (Sia's restart factor), so jobs move only for a clear gain.
 Options where the job does not fit in memory have u = 0 and are left out. Then running jobs whose option changed
-are preempted and new allocations are placed largest first with HAS's node choice on that type; a moved job whose
-new allocation cannot be placed (fragmentation) keeps its old GPUs when they are still free.
+are preempted and new allocations are placed largest first with HAS's node choice on that type. The ILP ignores fragmentation, so a
+moved job whose new allocation cannot be placed now is never preempted: it keeps its GPUs and the placement is redone
+(`_place`). Rounds are event-driven (the simulator calls it only when the job set or the free GPUs changed, at most
+once per `sia_round_s`), and HiGHS runs under a node and gap limit, never a time limit, so a seed gives one result.
 Every solve is timed (`stats()`).
 """
 
@@ -42,29 +44,51 @@ from frenzy_core.policies.base import (
 from frenzy_core.workload import scale_plan
 
 
-def solve_allocation(util: np.ndarray, options, capacity, *, time_limit_s: float | None = None):
-    """The ILP above: util is jobs x options (0 = not allowed). Returns the chosen option per job (-1 = none).
+def solve_counts(util: np.ndarray, counts: np.ndarray, options, capacity, *, node_limit: int | None = None,
+                 mip_gap: float | None = None) -> np.ndarray:
+    """The ILP above over groups of interchangeable jobs: row g stands for counts[g] jobs with the same utilities;
+    y[g, o] (integer, 0..counts[g]) of them take option o. Returns y (groups x options, ints).
+
+    Jobs whose utility rows are equal are interchangeable in the objective and the constraints, so this has the
+    per-job ILP's optimum with far fewer variables (and none of its symmetry, which is what makes branch and bound
+    slow). Options with no value are left out of the model. `node_limit` / `mip_gap` bound HiGHS's branch and bound;
+    there is no wall-clock limit, so the answer depends on the inputs alone (HiGHS is deterministic).
+
+    >>> solve_counts(np.array([[0.6, 1.0]]), np.array([2]), [(0, 1), (0, 2)], [3]).tolist()
+    [[1, 1]]
+    """
+    n_groups, n_opt = util.shape
+    y = np.zeros((n_groups, n_opt), dtype=np.int64)
+    keep = np.flatnonzero(util.ravel() > 0)
+    if n_groups == 0 or not keep.size:
+        return y
+    a_cap, ub_cap = capacity_constraints(options, n_groups, capacity)
+    a_one, _ones = one_option_per_job(n_groups, n_opt)
+    counts = np.asarray(counts, dtype=float)
+    c = -util.ravel()[keep]
+    upper = np.repeat(counts, n_opt)[keep]
+    opts: dict = {"disp": False}
+    if node_limit is not None:
+        opts["node_limit"] = int(node_limit)
+    if mip_gap is not None:
+        opts["mip_rel_gap"] = float(mip_gap)
+    res = milp(c, integrality=np.ones_like(c), bounds=(np.zeros_like(c), upper),
+               constraints=[LinearConstraint(a_cap[:, keep], -np.inf, ub_cap),
+                            LinearConstraint(a_one[:, keep], -np.inf, counts)],
+               options=opts)
+    if res.x is not None:
+        y.ravel()[keep] = np.rint(res.x).astype(np.int64)
+    return y
+
+
+def solve_allocation(util: np.ndarray, options, capacity, **limits) -> np.ndarray:
+    """The ILP above, one row per job: the chosen option per job (-1 = none).
 
     >>> sorted(solve_allocation(np.array([[0.5, 1.0], [0.5, 1.0]]), [(0, 1), (0, 2)], [3]).tolist())
     [0, 1]
     """
-    n_jobs, n_opt = util.shape
-    if n_jobs == 0:
-        return np.zeros(0, dtype=int)
-    a_cap, ub_cap = capacity_constraints(options, n_jobs, capacity)
-    a_one, ub_one = one_option_per_job(n_jobs, n_opt)
-    c = -util.ravel()
-    upper = (util.ravel() > 0).astype(float)  # options with no value are fixed to 0
-    opts = {"disp": False}
-    if time_limit_s:
-        opts["time_limit"] = float(time_limit_s)
-    res = milp(c, integrality=np.ones_like(c), bounds=(np.zeros_like(c), upper),
-               constraints=[LinearConstraint(a_cap, -np.inf, ub_cap), LinearConstraint(a_one, -np.inf, ub_one)],
-               options=opts)
-    if res.x is None:
-        return np.full(n_jobs, -1)
-    x = res.x.reshape(n_jobs, n_opt) > 0.5
-    return np.where(x.any(axis=1), x.argmax(axis=1), -1)
+    y = solve_counts(util, np.ones(len(util)), options, capacity, **limits)
+    return np.where(y.any(axis=1), y.argmax(axis=1), -1)
 
 
 class SiaPolicy(Policy):
@@ -76,6 +100,7 @@ class SiaPolicy(Policy):
         self._rows: dict = {}  # class key -> row in self._matrix
         self._matrix: ThroughputMatrix | None = None
         self.solve_times_s: list[float] = []
+        self.kept_unplaceable = 0  # moves the ILP chose that could not be placed: those jobs kept their GPUs
 
     def _ensure_rows(self, keys) -> None:
         missing = [k for k in dict.fromkeys(keys) if k not in self._rows]
@@ -90,7 +115,13 @@ class SiaPolicy(Policy):
         keys = [class_key(view.jobs[j].job) for j in jobs]
         self._ensure_rows(keys)
         m = self._matrix
-        x = m.tokens_per_s[[self._rows[k] for k in keys]]
+        rows = [self._rows[k] for k in keys]
+        x = m.tokens_per_s[rows]
+        for r, j in enumerate(jobs):
+            limit = view.jobs[j].oom_memory_bytes
+            if limit is not None:  # it crashed out of memory: only options predicted to need less remain
+                x[r] = [v if p is not None and p.memory_bytes < limit else 0.0
+                        for v, p in zip(x[r], m.plans[rows[r]], strict=True)]
         best = x.max(axis=1, keepdims=True)
         util = np.divide(x, best, out=np.zeros_like(x), where=best > 0)
         pen = 1.0 - self.ctx.options.sia_restart_penalty
@@ -124,41 +155,70 @@ class SiaPolicy(Policy):
             if not util[r].any():  # fits on no option of this cluster: it would wait forever
                 out.append(Reject(jobs[r], "no allocation of this cluster fits it in memory"))
         cap = [int(c) for c in self.ctx.index.capacity_by_type()]
+        current = [self._current_option(view.jobs[j]) for j in running] + [None] * len(queued)
         t0 = time.perf_counter()
-        choice = solve_allocation(util, self._matrix.options, cap, time_limit_s=opts.sia_time_limit_s)
+        choice = self._solve(util, current, cap)
         self.solve_times_s.append(time.perf_counter() - t0)
-
-        work = np.array(view.free)
-        moved: dict[int, object] = {}
-        for r, j in enumerate(running):
-            st = view.jobs[j]
-            if choice[r] != self._current_option(st):
-                moved[j] = st.placement
-                for node, n in st.placement.nodes:
-                    work[node] += n
-        # new allocations, largest first (ties: queue order), placed with HAS's node choice on the chosen type
-        new = [(r, j) for r, j in enumerate(jobs) if choice[r] >= 0 and (j in moved or r >= len(running))]
-        new.sort(key=lambda rj: -self._matrix.options[choice[rj[0]]][1])
-        starts: dict[int, Start] = {}
-        for r, j in new:
-            t, size = self._matrix.options[choice[r]]
-            plan = self._matrix.plans[self._rows[class_key(view.jobs[j].job)]][choice[r]]
-            pl = place(view.index, work, size, tp=plan.tp, gpu_types=(view.index.type_names[t],))
-            if pl is None:
-                continue
-            for node, n in pl.nodes:
-                work[node] -= n
-            starts[j] = Start(j, scale_plan(plan, view.jobs[j].job.tokens), pl)
-        for j, old in moved.items():
-            if j not in starts and all(work[node] >= n for node, n in old.nodes):
-                for node, n in old.nodes:  # could not move it: it keeps its GPUs and runs on
-                    work[node] -= n
-                continue
-            out.append(Preempt(j))
+        moved = {j: r for r, j in enumerate(running) if choice[r] != self._current_option(view.jobs[j])}
+        starts = self._place(view, jobs, len(running), choice, moved)
+        # only a job whose new allocation is placed in this decision is preempted (the ILP ignores fragmentation)
+        out.extend(Preempt(j) for j in moved)
         out.extend(starts.values())
         return out
+
+    def _solve(self, util: np.ndarray, current: list, cap: list[int]) -> np.ndarray:
+        """Group jobs with equal utility rows and the same current option, solve once per group (`solve_counts`),
+        then hand each group's options to its jobs in order (running jobs keep their current option first; then
+        the largest allocation goes to the job first in the queue). Returns the option per job (-1 = none)."""
+        opts = self.ctx.options
+        groups: dict = {}
+        for r in range(len(util)):
+            groups.setdefault((current[r], util[r].tobytes()), []).append(r)
+        members = list(groups.values())
+        y = solve_counts(util[[m[0] for m in members]], np.array([len(m) for m in members]), self._matrix.options,
+                         cap, node_limit=opts.sia_node_limit, mip_gap=opts.sia_mip_gap)
+        sizes = [s for _t, s in self._matrix.options]
+        choice = np.full(len(util), -1)
+        for g, rows in enumerate(members):
+            cur = current[rows[0]]
+            given = sorted(np.flatnonzero(y[g]).tolist(), key=lambda o: (o != cur, -sizes[o], o))
+            slots = [o for o in given for _ in range(int(y[g, o]))]
+            for r, o in zip(rows, slots, strict=False):
+                choice[r] = o
+        return choice
+
+    def _place(self, view: SchedulerView, jobs: list[int], n_running: int, choice, moved: dict) -> dict[int, Start]:
+        """New allocations, largest first (ties: running, then queue order), placed with HAS's node choice on the
+        chosen type, in the free GPUs plus those of the moved jobs. A moved job whose new allocation does not fit
+        keeps its GPUs, and the placement is redone without freeing them, until every moved job is placed: at most
+        one pass per moved job. A running job the ILP gives nothing is not suspended either (it has no new
+        allocation to place; suspending it let two jobs swap places every round, each paying a restart, and never
+        train). Shrinks `moved` in place; returns the starts."""
+        while True:
+            work = np.array(view.free)
+            for j in moved:
+                for node, n in view.jobs[j].placement.nodes:
+                    work[node] += n
+            new = [(r, j) for r, j in enumerate(jobs) if choice[r] >= 0 and (j in moved or r >= n_running)]
+            new.sort(key=lambda rj: -self._matrix.options[choice[rj[0]]][1])
+            starts: dict[int, Start] = {}
+            for r, j in new:
+                t, size = self._matrix.options[choice[r]]
+                plan = self._matrix.plans[self._rows[class_key(view.jobs[j].job)]][choice[r]]
+                pl = place(view.index, work, size, tp=plan.tp, gpu_types=(view.index.type_names[t],))
+                if pl is None:
+                    continue
+                for node, n in pl.nodes:
+                    work[node] -= n
+                starts[j] = Start(j, scale_plan(plan, view.jobs[j].job.tokens), pl)
+            stuck = [j for j in moved if j not in starts]
+            if not stuck:
+                return starts
+            self.kept_unplaceable += len(stuck)
+            for j in stuck:
+                del moved[j]
 
     def stats(self) -> dict[str, float]:
         s = np.array(self.solve_times_s) if self.solve_times_s else np.zeros(1)
         return {"ilp_solves": float(len(self.solve_times_s)), "ilp_solve_ms_mean": float(s.mean() * 1e3),
-                "ilp_solve_ms_max": float(s.max() * 1e3)}
+                "ilp_solve_ms_max": float(s.max() * 1e3), "moves_kept_unplaceable": float(self.kept_unplaceable)}
