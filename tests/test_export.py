@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -171,3 +172,39 @@ def test_a_plan_for_another_batch_is_refused():
     with pytest.raises(SpecError) as err:
         export_plan("deepspeed", MODEL, TRAIN.model_copy(update={"global_batch": 128}), SPREAD, CLUSTER, TOKENS)
     assert err.value.field == "plan"
+
+
+# --- the CLI: frenzy plans ... --export / constraints ----------------------------------------------------------------
+def _cli(capsys, *argv):
+    from frenzy_core.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_export_deepspeed_is_the_top_plan_under_the_constraints(capsys, tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("name: two\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 2}]\n")
+    code, out, _ = _cli(capsys, "plans", "--model", "llama-2-7b", "--seq-len", "2048", "--global-batch", "64",
+                        "--cluster", str(f), "--max-gpus", "8", "--export", "deepspeed")
+    top = rank_plans(MODEL, TrainingSpec(seq_len=2048, global_batch=64, precision="amp"), CLUSTER, max_gpus=8,
+                     scaling_floor=0.5).plans[0]
+    cfg = json.loads(out)
+    assert code == 0 and cfg["train_micro_batch_size_per_gpu"] == top.micro_batch
+    assert cfg.get("tensor_parallel", {"autotp_size": 1})["autotp_size"] == top.tp
+    assert cfg["gradient_accumulation_steps"] == top.grad_accum
+
+
+def test_cli_deadline_and_budget_filter_the_json(capsys):
+    cluster = str(Path(__file__).resolve().parents[1] / "sample_clusters" / "modern-mixed.yaml")
+    code, out, _ = _cli(capsys, "plans", "--model", "llama-2-7b", "--global-batch", "64", "--cluster", cluster,
+                        "--deadline", "2d", "--budget", "3000", "--top", "0", "--json")
+    rows = json.loads(out)
+    assert code == 0 and rows
+    assert all(r["time_to_train_s"] <= 2 * 86400 and r["cost_usd"] <= 3000 for r in rows)
+
+
+def test_cli_bad_deadline_exits_2_naming_it(capsys):
+    code, _, err = _cli(capsys, "plans", "--global-batch", "8", "--cluster", "x.yaml", "--deadline", "soon")
+    assert code == 2 and "deadline" in err and err.count("\n") == 1
