@@ -190,8 +190,14 @@ class Scenario(BaseModel):
 
 
 # --- (de)serialisation --------------------------------------------------------------------------------------------
-def _cluster_groups(cluster: Cluster) -> dict:
-    """The cluster as YAML-ready data with runs of identical nodes named base-0, base-1, ... folded into `count`."""
+def grouped_cluster_data(cluster: Cluster) -> dict:
+    """The cluster as YAML-ready data with runs of identical nodes named base-0, base-1, ... folded into `count`
+    (cluster.cluster_from_dict expands it back to the same cluster).
+
+    >>> from frenzy_core.cluster import parse_cluster_yaml
+    >>> grouped_cluster_data(parse_cluster_yaml("nodes: [{name: a, gpu_type: T4, num_gpus: 4, count: 3}]"))["nodes"]
+    [{'name': 'a', 'gpu_type': 'T4', 'num_gpus': 4, 'count': 3}]
+    """
     groups: list[dict] = []
     for node in cluster.nodes:
         fields = node.model_dump(exclude_defaults=True) | {"gpu_type": node.gpu_type, "num_gpus": node.num_gpus}
@@ -225,7 +231,7 @@ def scenario_to_data(s: Scenario) -> dict:
     if isinstance(model, ModelSpec) and ZOO.get(model.name) == model:
         model = model.name
     data["model"] = model if isinstance(model, str) else model.model_dump(mode="json")
-    data["cluster"] = _cluster_groups(s.cluster)
+    data["cluster"] = grouped_cluster_data(s.cluster)
     order = ["version", "name", "user", "description", "model", "training", "split", "cluster", "plans",
              "simulation", "whatif"]
     return {k: data[k] for k in order}
