@@ -16,7 +16,6 @@ if common.load_share_link():  # a share link (?s=...) opened: its scenario becom
 pages = [st.Page(path, title=title, icon=icon, default=(key == "overview"))
          for key, (path, title, icon) in common.PAGES.items()]
 page = st.navigation(pages, position="sidebar")
-common.persist_other_pages(common.page_key(page.url_path))
 
 sidebar = st.sidebar.container()
 if st.session_state.get("cluster_warning"):

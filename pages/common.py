@@ -29,9 +29,9 @@ DEFAULT_MODEL = "llama-2-7b"
 DEFAULT_TRAINING = dict(seq_len=2048, global_batch=64, micro_batch=1, precision="bf16-master")
 DEFAULT_PAR = Parallelism(dp=2, tp=4, pp=1)
 
-# Widget keys that must survive a visit to another page. Streamlit drops a widget's state when a run does not draw
-# it; app.py re-saves these for every page but the one being drawn (Streamlit's documented workaround: re-assigning
-# a key keeps it). Buttons, uploaders and data editors cannot be assigned and are left out.
+# Widget keys that must survive a visit to another page. Streamlit drops a widget's state when the page changes;
+# page_setup copies them into `_kept` at the top of each run of their page and puts them back when the page opens
+# again. Buttons, uploaders and data editors cannot be assigned and are left out.
 PERSISTENT_KEYS = {
     "overview": (),
     "model": ("mem_all_gpus", "mem_log_scale"),
@@ -101,6 +101,8 @@ def page_setup() -> None:
     (its old multipage convention) until the first st.navigation call of the process. A brand-new session that
     arrives that way (a fresh server's first request for /plans, say) is sent through app.py, the router, so it gets
     its state, navigation and sidebar; a session that already has its state just carries on (nothing is lost)."""
+    import sys
+
     from streamlit.runtime.pages_manager import PagesManager
 
     if PagesManager.uses_pages_directory:
@@ -108,6 +110,7 @@ def page_setup() -> None:
         if "model" not in st.session_state:
             st.rerun()
     init_state()
+    keep_widgets(page_key(Path(sys._getframe(1).f_globals.get("__file__", "")).stem))
 
 
 def set_cluster(cluster: Cluster, source: str) -> None:
@@ -162,15 +165,22 @@ def ranked_plans(model_json: str, training_json: str, cluster_json: str, objecti
                       deadline_s=deadline_s, budget_usd=budget_usd)
 
 
-def persist_other_pages(current: str | None) -> None:
-    """Re-save the widget values of every page except `current` so that leaving a page does not reset them."""
+def keep_widgets(current: str | None) -> None:
+    """At the top of a page's run: remember its widgets' values (the user's latest input is already in
+    st.session_state), and put back those Streamlit dropped when the user left the page."""
     ss = st.session_state
-    for page, keys in PERSISTENT_KEYS.items():
-        if page == current:
-            continue
-        for key in keys:
-            if key in ss:
-                ss[key] = ss[key]
+    kept = ss.setdefault("_kept", {})
+    for key in PERSISTENT_KEYS.get(current, ()):
+        if key in ss:
+            kept[key] = ss[key]
+        elif key in kept:
+            ss[key] = kept[key]
+
+
+def set_widget(key: str, value) -> None:
+    """Set a page's widget value from outside the page (a loaded scenario): now and on the page's next visit."""
+    st.session_state[key] = value
+    st.session_state.setdefault("_kept", {})[key] = value
 
 
 def page_key(url_path: str) -> str | None:
@@ -339,16 +349,18 @@ def apply_scenario(s, source: str) -> None:
     for key in list(ss.keys()):
         if key.startswith(("hp_", "tr_", "par_")) or key in _RESEED:
             del ss[key]
-    g = s.plans
-    ss.plans_objective, ss.plans_tokens, ss.plans_method = g.objective, float(g.tokens), g.method
-    ss.plans_margin, ss.plans_floor = float(g.safety_margin), float(g.scaling_floor)
-    ss.plans_deadline_h, ss.plans_max_gpus = float(g.deadline_h or 0.0), int(g.max_gpus or 0)
-    ss.plans_budget = float(g.budget_usd or 0.0)
-    ss.sim_kind, ss.sim_bundled = "bundled sample", s.simulation.trace
-    ss.sim_limit, ss.sim_seeds = int(s.simulation.limit_jobs), int(s.simulation.seeds)
-    ss.sim_policies = list(s.simulation.policies)
-    ss.wi_kind, ss.wi_bundled, ss.wi_limit = "bundled sample", s.simulation.trace, int(s.simulation.limit_jobs)
-    ss.wi_budget, ss.wi_policy, ss.wi_seeds = float(s.whatif.budget_usd_per_hour), s.whatif.policy, int(s.whatif.seeds)
+    g, sim, wi = s.plans, s.simulation, s.whatif
+    for key, value in {
+        "plans_objective": g.objective, "plans_tokens": float(g.tokens), "plans_method": g.method,
+        "plans_margin": float(g.safety_margin), "plans_floor": float(g.scaling_floor),
+        "plans_deadline_h": float(g.deadline_h or 0.0), "plans_max_gpus": int(g.max_gpus or 0),
+        "plans_budget": float(g.budget_usd or 0.0),
+        "sim_kind": "bundled sample", "sim_bundled": sim.trace, "sim_limit": int(sim.limit_jobs),
+        "sim_seeds": int(sim.seeds), "sim_policies": list(sim.policies),
+        "wi_kind": "bundled sample", "wi_bundled": sim.trace, "wi_limit": int(sim.limit_jobs),
+        "wi_budget": float(wi.budget_usd_per_hour), "wi_policy": wi.policy, "wi_seeds": int(wi.seeds),
+    }.items():
+        set_widget(key, value)
     for key in ("sim_results", "sim_meta", "wi_results", "wi_meta", "plans_p", "pack_msg"):
         ss.pop(key, None)
     ss.scenario_name, ss.scenario_user, ss.scenario_description = s.name, s.user, s.description
