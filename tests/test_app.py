@@ -176,12 +176,15 @@ def test_broken_yaml_shows_error_and_keeps_the_cluster(app, yaml_text, field):
     assert app.session_state.cluster == good
 
 
-def test_pasted_yaml_replaces_the_cluster(app):
+def paste_cluster(app: AppTest, text: str) -> None:
     open_page(app, "pages/cluster_packing.py")
-    app.text_area(key="cl_yaml_text").input("name: pasted\nnodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8, "
-                                            "count: 2}]")
+    app.text_area(key="cl_yaml_text").input(text)
     app.button(key="cl_yaml_apply").click().run()
     no_failure(app)
+
+
+def test_pasted_yaml_replaces_the_cluster(app):
+    paste_cluster(app, "name: pasted\nnodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8, count: 2}]")
     assert app.session_state.cluster.name == "pasted"
     assert app.session_state.cluster.total_gpus == 16
 
@@ -374,11 +377,8 @@ def test_a_stale_config_error_goes_once_a_zoo_model_is_picked(app):
 
 
 def test_a_1000_node_cluster_is_shown_as_node_groups(app):
-    open_page(app, "pages/cluster_packing.py")
-    app.text_area(key="cl_yaml_text").input("name: big\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, "
-                                            "count: 900}, {name: a, gpu_type: A100-80GB, num_gpus: 8, count: 100}]")
-    app.button(key="cl_yaml_apply").click().run()
-    no_failure(app)
+    paste_cluster(app, "name: big\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 900}, "
+                       "{name: a, gpu_type: A100-80GB, num_gpus: 8, count: 100}]")
     assert len(app.session_state.cluster.nodes) == 1000
     app.button(key="pack_submit").click().run()
     no_failure(app)
