@@ -395,9 +395,11 @@ def load_share_link() -> bool:
 
     ss = st.session_state
     code = st.query_params.get(SHARE_PARAM)
-    if not code or code == ss.get("share_applied") or (ss.get("share_cache") or (None, None))[1] == code:
+    seen = ss.setdefault("share_seen", set())
+    # a code this session wrote or applied before is an old address (the browser may keep it on a page change)
+    if not code or code in seen or (ss.get("share_cache") or (None, None))[1] == code:
         return False
-    ss.share_applied = code
+    seen.add(code)
     try:
         scenario = decode_share(code)
     except SpecError as err:
@@ -413,4 +415,5 @@ def sync_share_link() -> None:
     code = share_code()
     if code and st.query_params.get(SHARE_PARAM) != code:
         st.query_params[SHARE_PARAM] = code
-        st.session_state.share_applied = code
+    if code:
+        st.session_state.setdefault("share_seen", set()).add(code)
