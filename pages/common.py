@@ -166,15 +166,18 @@ def ranked_plans(model_json: str, training_json: str, cluster_json: str, objecti
 
 
 def keep_widgets(current: str | None) -> None:
-    """At the top of a page's run: remember its widgets' values (the user's latest input is already in
-    st.session_state), and put back those Streamlit dropped when the user left the page."""
+    """At the top of a page's run. The first run of a visit puts back the values the page had when the user left it
+    (Streamlit dropped them, or kept a stale value set earlier through the Session State API); every later run of
+    the visit remembers them (the user's latest input is already in st.session_state)."""
     ss = st.session_state
     kept = ss.setdefault("_kept", {})
+    arriving = ss.get("_page") != current
+    ss._page = current
     for key in PERSISTENT_KEYS.get(current, ()):
-        if key in ss:
-            kept[key] = ss[key]
-        elif key in kept:
+        if arriving and key in kept:
             ss[key] = kept[key]
+        elif key in ss:
+            kept[key] = ss[key]
 
 
 def set_widget(key: str, value) -> None:
@@ -288,7 +291,10 @@ def sample_scenarios() -> dict[str, Path]:
 
 
 def _widget(key: str, default):
-    value = st.session_state.get(key)
+    """A page's setting: the value remembered for its page (current even while another page is open), else the
+    widget's, else `default`."""
+    ss = st.session_state
+    value = ss.get("_kept", {}).get(key, ss.get(key))
     return default if value is None else value
 
 
@@ -413,7 +419,7 @@ def load_share_link() -> bool:
 def sync_share_link() -> None:
     """Keep ?s= in the address bar equal to the current scenario, so a reload or a copied URL restores it."""
     code = share_code()
-    if code and st.query_params.get(SHARE_PARAM) != code:
-        st.query_params[SHARE_PARAM] = code
     if code:
+        # always written: after a page change the browser can show an older ?s= than the server believes it has
+        st.query_params[SHARE_PARAM] = code
         st.session_state.setdefault("share_seen", set()).add(code)

@@ -12,7 +12,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from frenzy_core.errors import SpecError
-from frenzy_core.export import FILE_NAMES, FORMATS, export_plan
+from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
 from pages import common
 
@@ -99,6 +99,8 @@ def launch_file(fmt: str, model_json: str, training_json: str, cluster_json: str
                        Plan(**json.loads(plan_json)), Cluster.model_validate_json(cluster_json), tokens=tokens)
 
 
+# the Launch panel opens on the training's framework where the spec has one (TrainingSpec.framework)
+DEFAULTS["plans_export_format"] = FRAMEWORK_EXPORT.get(getattr(common.training(), "framework", None), "megatron")
 for key, value in DEFAULTS.items():
     ss.setdefault(key, value)
 
