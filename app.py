@@ -10,8 +10,7 @@ from pages import common
 
 st.set_page_config(page_title="Frenzy Planner", page_icon=":material/memory:", layout="wide")
 common.init_state()
-if common.load_share_link():  # a share link (?s=...) opened: its scenario becomes the state, then draw with it
-    st.rerun()
+common.load_share_link()  # a share link (?s=...) opened: its scenario becomes the state this very run
 
 pages = [st.Page(path, title=title, icon=icon, default=(key == "overview"))
          for key, (path, title, icon) in common.PAGES.items()]

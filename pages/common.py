@@ -345,8 +345,8 @@ _RESEED = ("base_spec", "zoo_pick", "hp_hidden_size", "tr_seq_len")
 
 
 def apply_scenario(s, source: str) -> None:
-    """Make `s` the session's state: canonical values, every page's widgets, results of the old state dropped.
-    The caller reruns the script afterwards, so widgets pick the values up without a duplicate-value warning."""
+    """Make `s` the session's state: canonical values, every page's widgets (now and on their next visit), results
+    of the old state dropped."""
     ss = st.session_state
     m = s.model_spec
     ss.model, ss.training, ss.par = m, s.training, s.split.parallelism()
@@ -396,7 +396,8 @@ def share_code() -> str | None:
 
 
 def load_share_link() -> bool:
-    """Apply the scenario of the URL's ?s= code once per code; True when it was applied (the caller reruns)."""
+    """Apply the scenario of the URL's ?s= code once per code; True when it was applied. No rerun: a rerun before
+    st.navigation would lose the page the URL asked for."""
     from frenzy_core.scenario import decode_share
 
     ss = st.session_state
