@@ -226,7 +226,8 @@ def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
     no_exception(page, "plans after reload")
     wait_text(page, '[data-testid="stAlert"]', "lowest cost")  # ... and the reload, through the share link
     assert value_of(page, "plans_max_gpus") == "32"
-    wait_text(page, '[data-testid="stCode"]', "#SBATCH")
+    # the export format is a view choice, not part of the scenario: the Launch panel shows the plan again
+    wait_text(page, '[data-testid="stCode"]', "--global-batch-size 256")
 
 
 def test_procurement_path_sample_scenario_budget_across_pages(browser_page):
