@@ -55,7 +55,6 @@ TERM_HELP = {
                  "(docs/memory.md, 'The peak moves')",
     "overhead": "CUDA context and the caching allocator's reserve beyond the allocated tensors",
 }
-DOCS_MEMORY = common.ROOT / "docs" / "memory.md"
 
 
 def resolved(spec: ModelSpec) -> dict:
@@ -114,17 +113,6 @@ def on_hf_upload() -> None:
     upload = ss.get("hf_upload")
     if upload is not None:
         apply_hf_config(upload.getvalue().decode("utf-8", errors="replace"), name=upload.name.rsplit(".", 1)[0])
-
-
-@st.cache_data(show_spinner=False)
-def memory_findings() -> str:
-    """The "Findings the model is built on" section of docs/memory.md ("" when the docs are not shipped)."""
-    if not DOCS_MEMORY.exists():
-        return ""
-    text = DOCS_MEMORY.read_text()
-    start = text.find("## Findings")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else None] if start >= 0 else ""
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -303,12 +291,10 @@ with right:
     st.dataframe(fit_rows, hide_index=True, width="stretch")
     st.caption("Capacity is the GPU's nominal memory; the Plans page also keeps a safety margin free. "
                "Detailed = component model with the most loaded pipeline stage; paper = Frenzy's closed form.")
-    st.dataframe([{"term": name, "detailed (GiB)": round(detailed[0].get(name, 0.0), 3),
-                   "paper (GiB)": round(paper[0].get(name, 0.0), 3), "what it is": TERM_HELP.get(name, "")}
-                  for name in names], hide_index=True, width="stretch", key="mem_terms",
-                 column_config={"what it is": st.column_config.TextColumn(
-                     "what it is", help="each term's formula; docs/memory.md derives and tests them", width="large")})
-    findings = memory_findings()
-    if findings:
-        with st.expander("docs/memory.md: the findings each term is built on"):
-            st.markdown(findings)
+    # the formulas sit in a popover (drawn only when opened) so the page and its memory updates stay fast
+    with st.popover("What each term is (formulas, docs/memory.md)", icon=":material/function:"):
+        st.markdown("| term | detailed GiB | paper GiB | what it is |\n|---|---:|---:|---|\n" + "\n".join(
+            f"| {name} | {detailed[0].get(name, 0.0):.3f} | {paper[0].get(name, 0.0):.3f} | "
+            f"{TERM_HELP.get(name, 'see docs/memory.md')} |" for name in names))
+        st.caption("Derivations and the traced findings behind each term: docs/memory.md, \"Findings the model is "
+                   "built on\".")
