@@ -206,16 +206,26 @@ def cmd_plans(args) -> int:
         raise SpecError("global_batch", "required for plans: pass --global-batch N (samples per optimizer step)")
     if args.top < 0:
         raise SpecError("top", f"must be 0 (all plans) or positive, got {args.top}")
+    deadline_h = _hours(args.deadline, "deadline") if args.deadline is not None else None
     training = _training(args)
     cluster = load_cluster(args.cluster)
     result = rank_plans(model, training, cluster, objective=args.objective, tokens=args.tokens, method=args.method,
-                        safety_margin=args.safety_margin, micro_batch=args.micro_batch)
+                        safety_margin=args.safety_margin, micro_batch=args.micro_batch,
+                        scaling_floor=args.scaling_floor, max_gpus=args.max_gpus,
+                        deadline_s=None if deadline_h is None else deadline_h * 3600.0, budget_usd=args.budget)
     top = result.plans[: args.top] if args.top else result.plans
     if not result.plans:  # infeasible: the explanation goes to stderr in both modes, the exit status says it
         if args.json:
             print("[]")
         print(f"frenzy plans: {result.explanation}", file=sys.stderr)
         return 1
+    if args.export:
+        from frenzy_core.export import export_plan
+
+        sys.stdout.write(export_plan(args.export, model, training, result.plans[0], cluster, tokens=args.tokens))
+        return 0
+    if args.per_type:
+        top = result.best_per_type()
     if args.json:
         print(dumps_strict([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
         return 0
@@ -228,6 +238,61 @@ def cmd_plans(args) -> int:
               f"{p.gpu_hours:>9.0f} {p.cost_usd:>10.0f}")
     if result.why_top:
         print(result.why_top)
+    print(result.ranking_text)
+    return 0
+
+
+def _hours(text: str, field: str) -> float:
+    """'72', '72h', '3d' or '90m' as hours; anything else is a SpecError naming the field."""
+    units = {"h": 1.0, "d": 24.0, "m": 1 / 60}
+    raw = str(text).strip().lower()
+    scale = units.get(raw[-1:], None)
+    number = raw[:-1] if scale is not None else raw
+    try:
+        value = float(number) * (scale or 1.0)
+    except ValueError:
+        raise SpecError(field, f"{text!r} is not a duration; give hours (72), or 72h, 3d, 90m") from None
+    if not (value > 0 and value < float("inf")):
+        raise SpecError(field, f"must be a positive duration, got {text!r}")
+    return value
+
+
+def cmd_scenario_run(args) -> int:
+    from frenzy_core.scenario import load_scenario, run_scenario
+
+    scenario = load_scenario(args.file)
+    if args.top < 1:
+        raise SpecError("top", f"must be positive, got {args.top}")
+    if args.simulate:  # HiGHS (the sia policy) may write to fd 1: keep stdout for our output only
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+        try:
+            out = run_scenario(scenario, top=args.top, simulate=True)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+    else:
+        out = run_scenario(scenario, top=args.top)
+    if args.json:
+        print(json.dumps(out))
+        return 0 if out["plans"]["count"] else 1
+    mem = out["memory"]
+    print(f"{out['scenario']} ({out['user']}): {out['model']} on {out['cluster']}")
+    print(f"  memory at d={mem['dp']} t={mem['tp']} p={mem['pp']}: {_fmt_bytes(mem['total_bytes']).strip()} "
+          f"per GPU (peak in {mem['peak_phase']})")
+    plans = out["plans"]
+    if not plans["count"]:
+        print(f"  no plan: {plans['explanation']}")
+        return 1
+    print(f"  {plans['count']} plans; {plans['ranking']}")
+    print(f"  best: {plans['why_top']}")
+    for row in plans["best_per_type"]:
+        print(f"  best on {row['gpu_type']:12} {row['label']}: {row['time_to_train_s'] / 3600:,.1f} h, "
+              f"${row['cost_usd']:,.0f}")
+    for policy, summary in out.get("simulation", {}).items():
+        print(f"  simulation {policy}: avg JCT {summary['avg_jct_s'] / 3600:.2f} h over {summary['jobs']} jobs")
     return 0
 
 
@@ -522,7 +587,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--safety-margin", type=float, default=0.10, help="fraction of GPU memory kept free (0.10)")
     p.add_argument("--top", type=int, default=10, help="show the best K plans (0 = all)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--deadline", help="train the token budget within this time: hours, or 72h, 3d, 90m")
+    p.add_argument("--max-gpus", type=int, default=None, help="use at most N GPUs")
+    p.add_argument("--budget", type=float, default=None, help="spend at most this many USD on the run")
+    p.add_argument("--scaling-floor", type=float, default=0.5,
+                   help="drop plans whose added GPUs buy less than this share of linear speed-up over any smaller "
+                        "plan of the same type (default 0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
+    p.add_argument("--per-type", action="store_true", help="show the best plan of each GPU type")
+    p.add_argument("--export", choices=["megatron", "deepspeed", "torchtitan", "accelerate", "slurm", "kubernetes"],
+                   help="print the launch file of the top plan instead of the table")
     p.set_defaults(func=cmd_plans)
+
+    p = sub.add_parser("scenario", help="run a scenario YAML (see sample_scenarios/)")
+    scen = p.add_subparsers(dest="action", required=True)
+    p = scen.add_parser("run", help="memory, ranked plans (and with --simulate the simulation) of a scenario")
+    p.add_argument("file", help="scenario YAML")
+    p.add_argument("--top", type=int, default=5, help="plans to list (default 5)")
+    p.add_argument("--simulate", action="store_true", help="also run the scenario's simulation (slower)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_scenario_run)
 
     p = sub.add_parser("simulate", help="trace-driven simulation of a scheduling policy")
     p.add_argument("--trace", required=True)

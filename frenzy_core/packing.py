@@ -9,6 +9,9 @@ Order of preference for one plan: a single node first, then the tightest-fitting
 with the fewest free GPUs (best fit), then the lowest node index. When no single node can hold the plan: the
 fewest nodes, then the tightest memory, then lowest indices. A plan with t > 1 keeps each group of t tensor-parallel
 GPUs inside one node, so a node contributes a multiple of t GPUs.
+
+`has_place` first drops the plans below the scaling-efficiency floor (`plans.within_scaling_floor`, default
+`plans.DEFAULT_SCALING_FLOOR`), so one job cannot take a whole GPU type for a few per cent of speed-up.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from frenzy_core.cluster import Cluster
-from frenzy_core.plans import Plan
+from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan, within_scaling_floor
 
 
 @dataclass(frozen=True)
@@ -130,15 +133,18 @@ def place(index: ClusterIndex, free: np.ndarray, num_gpus: int, *, tp: int = 1, 
 
 
 def has_place(plans: Sequence[Plan], index: ClusterIndex, free: np.ndarray, *,
-              free_by_type: Sequence[int] | None = None, match_type: bool = True) -> tuple[Plan, Placement] | None:
+              free_by_type: Sequence[int] | None = None, match_type: bool = True,
+              scaling_floor: float = DEFAULT_SCALING_FLOOR) -> tuple[Plan, Placement] | None:
     """HAS: the first ranked plan the cluster can satisfy now, with its placement; None when none fits.
+
+    Only plans that pass the scaling floor among `plans` are walked (0 walks them all).
 
     match_type=True keeps each plan on its own GPU type (its predicted time is for that type); False lets a plan
     go to any type with at least its per-GPU memory, the tightest first (the paper's memory-only matching).
     free_by_type (optional, in index.type_names order) skips plans whose type lacks enough free GPUs in total.
     """
     pos = {t: i for i, t in enumerate(index.type_names)}
-    for plan in plans:
+    for plan in within_scaling_floor(plans, scaling_floor):
         t = pos.get(plan.gpu_type)
         if match_type:
             if t is None or (free_by_type is not None and free_by_type[t] < plan.num_gpus):

@@ -19,6 +19,7 @@ safety margin. Memory and step time are evaluated on numpy arrays, one call per 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
@@ -35,6 +36,9 @@ from frenzy_core.training import TrainingSpec, check_sequence
 
 OBJECTIVES = ("time", "gpu-hours", "cost", "gpus")
 DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of each GPU free: allocator fragmentation beyond the modelled overhead
+# The added GPUs of a plan must deliver at least half of their linear share of speed-up over any smaller plan of the
+# same GPU type: doubling the GPUs must make it at least 1.5x faster (docs/ranking.md, "Constraints").
+DEFAULT_SCALING_FLOOR = 0.5
 SECONDS_PER_HOUR = 3600.0
 GIB = float(1 << 30)
 
@@ -110,6 +114,29 @@ class PlanSet:
         return pd.DataFrame(self.columns)
 
     @property
+    def dropped(self) -> dict[str, int]:
+        """How many memory-feasible plans each constraint removed, e.g. {"scaling_floor": 12, "max_gpus": 0, ...}."""
+        return dict(self.extra.get("dropped", {}))
+
+    def best_per_type(self) -> list[Plan]:
+        """The best plan of each GPU type under the objective, best type first."""
+        seen: dict[str, int] = {}
+        for i, name in enumerate(self.columns["gpu_type"].tolist()):
+            seen.setdefault(name, i)
+        return [self.plan(i) for i in seen.values()]
+
+    @property
+    def ranking_text(self) -> str:
+        """How the plans were filtered and ordered, in words (for the UI and `frenzy plans`)."""
+        keys = ", then ".join(_KEY_WORDS[k][2] for k in _OBJECTIVE_KEYS[self.objective])
+        limits = self.extra.get("constraints", {})
+        parts = [f"{n} dropped by {_CONSTRAINT_WORDS[k](limits[k])}" for k, n in self.dropped.items()
+                 if limits.get(k) not in (None, 0, 0.0)]
+        kept = f"{len(self)} plans fit in memory" + (" and pass the constraints" if parts else "")
+        return (f"{kept} ({'; '.join(parts)}). " if parts else f"{kept}. ") + (
+            f"Ranked by {keys}, then GPU type name, t, p, d (objective: {self.objective}).")
+
+    @property
     def why_top(self) -> str | None:
         """One sentence on why the first plan wins under the objective: the first ranking key that separates it from
         the runner-up, with both values."""
@@ -160,6 +187,44 @@ _KEY_WORDS = {
 }
 
 
+def scaling_keep(gpu_type: np.ndarray, num_gpus: np.ndarray, time_s: np.ndarray, floor: float) -> np.ndarray:
+    """Mask of the plans that pass the scaling-efficiency floor.
+
+    For a plan P (n GPUs, time T) and every smaller GPU count m of the same type, with T_m the shortest time any plan
+    of m GPUs reaches, the marginal scaling efficiency is e = (T_m / T - 1) / (n / m - 1): 1 when the extra GPUs
+    speed the run up linearly, 0 when they buy nothing. P is kept when e >= floor for every smaller m (plans of the
+    smallest count of their type always are). Applying it twice keeps the same plans.
+
+    >>> scaling_keep(np.array(["H100"] * 3), np.array([8, 16, 32]), np.array([10.0, 6.0, 5.8]), 0.5).tolist()
+    [True, True, False]
+    """
+    keep = np.ones(len(num_gpus), dtype=bool)
+    if floor <= 0 or not len(num_gpus):
+        return keep
+    n_all = np.asarray(num_gpus, dtype=np.float64)
+    t_all = np.asarray(time_s, dtype=np.float64)
+    types = np.asarray(gpu_type, dtype=object)
+    for name in dict.fromkeys(types.tolist()):
+        ix = np.flatnonzero(types == name)
+        n, t = n_all[ix], t_all[ix]
+        counts = np.unique(n)
+        best = np.array([t[n == m].min() for m in counts])  # T_m: the fastest plan of each GPU count
+        # allowed time against each smaller count m: T <= T_m / (1 + floor x (n / m - 1))
+        ratio = n[:, None] / counts[None, :]
+        allowed = np.where(ratio > 1, best[None, :] / (1.0 + floor * (ratio - 1.0)), np.inf)
+        keep[ix] = t <= allowed.min(axis=1) * (1 + 1e-12)
+    return keep
+
+
+def within_scaling_floor(plans: Sequence[Plan], floor: float = DEFAULT_SCALING_FLOOR) -> tuple[Plan, ...]:
+    """The plans (order kept) that pass `scaling_keep` among themselves; HAS packing walks only these."""
+    if floor <= 0 or not plans:
+        return tuple(plans)
+    keep = scaling_keep(np.array([p.gpu_type for p in plans], dtype=object), np.array([p.num_gpus for p in plans]),
+                        np.array([p.time_to_train_s for p in plans]), floor)
+    return tuple(p for p, k in zip(plans, keep, strict=True) if k)
+
+
 def _divisors(n: int) -> np.ndarray:
     return np.array(divisors(n), dtype=np.int64)  # O(sqrt n): B = 10^9 must not hang the planner
 
@@ -182,10 +247,16 @@ def rank_plans(
     overhead: OverheadSpec = DEFAULT_OVERHEAD,
     gpu_types: list[str] | None = None,
     micro_batch: int | None = None,
+    scaling_floor: float = 0.0,
+    max_gpus: int | None = None,
+    deadline_s: float | None = None,
+    budget_usd: float | None = None,
 ) -> PlanSet:
     """Enumerate every (GPU type, d, t, p) of `cluster` for this job, keep those that fit, rank by `objective`.
 
     The planner chooses each plan's micro-batch (`training.micro_batch` is not used); pass `micro_batch` to fix it.
+    `scaling_floor` (0 = off), `max_gpus`, `deadline_s` and `budget_usd` drop plans after the memory fit; how many
+    each dropped is in `PlanSet.dropped`.
 
     >>> from frenzy_core.models import ZOO; from frenzy_core.training import TrainingSpec, check_sequence
     >>> from frenzy_core.cluster import parse_cluster_yaml
@@ -201,6 +272,7 @@ def rank_plans(
     if not (tokens > 0 and np.isfinite(tokens)):
         raise SpecError("tokens", f"the token budget must be a positive, finite number, got {tokens}")
     check_sequence(model, training)
+    _check_constraints(scaling_floor, max_gpus, deadline_s, budget_usd)
     if micro_batch is not None and (micro_batch <= 0 or training.global_batch % micro_batch):
         raise SpecError("micro_batch", f"{micro_batch} must be a positive divisor of global_batch "
                         f"({training.global_batch}), or None to let the planner choose")
@@ -305,6 +377,50 @@ def rank_plans(
         return PlanSet(objective, empty, grid, explanation, int(min_memory), largest)
 
     merged = {k: np.concatenate(v) for k, v in cols.items()}
+    merged, dropped = _apply_constraints(merged, scaling_floor, max_gpus, deadline_s, budget_usd)
+    extra = {"dropped": dropped, "constraints": {"scaling_floor": scaling_floor, "max_gpus": max_gpus,
+                                                 "deadline_s": deadline_s, "budget_usd": budget_usd}}
+    if not len(merged["dp"]):
+        fit = sum(dropped.values())
+        why = "; ".join(f"{n} by {_CONSTRAINT_WORDS[k](extra['constraints'][k])}" for k, n in dropped.items() if n)
+        explanation = (f"No plan meets the constraints: {fit} plan{'s' * (fit != 1)} fit in memory, dropped {why}. "
+                       "Relax the deadline, the GPU limit or the budget, or lower the scaling floor.")
+        empty = {k: np.array([], dtype=object if k == "gpu_type" else float) for k in _PLAN_FIELDS}
+        return PlanSet(objective, empty, grid, explanation, int(min_memory), largest, extra)
     order = np.lexsort(_sort_keys(objective, merged))
     ranked = {k: merged[k][order] for k in _PLAN_FIELDS}
-    return PlanSet(objective, ranked, grid, None, int(min_memory), largest)
+    return PlanSet(objective, ranked, grid, None, int(min_memory), largest, extra)
+
+
+_CONSTRAINT_WORDS = {
+    "scaling_floor": lambda v: f"the scaling floor ({v:.0%} of linear speed-up for added GPUs)",
+    "max_gpus": lambda v: f"the GPU limit ({v} GPUs)",
+    "deadline_s": lambda v: f"the deadline ({_duration(v)})",
+    "budget_usd": lambda v: f"the budget (${v:,.0f})",
+}
+
+
+def _check_constraints(scaling_floor, max_gpus, deadline_s, budget_usd) -> None:
+    if not (np.isfinite(scaling_floor) and 0.0 <= scaling_floor <= 1.0):
+        raise SpecError("scaling_floor", f"must be in [0, 1] (0 = off, 0.5 = half of linear), got {scaling_floor}")
+    if max_gpus is not None and (not isinstance(max_gpus, int | np.integer) or max_gpus < 1):
+        raise SpecError("max_gpus", f"must be a positive integer or unset, got {max_gpus}")
+    for name, value in (("deadline_s", deadline_s), ("budget_usd", budget_usd)):
+        if value is not None and not (np.isfinite(value) and value > 0):
+            raise SpecError(name, f"must be a positive, finite number or unset, got {value}")
+
+
+def _apply_constraints(cols: dict[str, np.ndarray], scaling_floor: float, max_gpus: int | None,
+                       deadline_s: float | None, budget_usd: float | None) -> tuple[dict[str, np.ndarray], dict]:
+    """The memory-feasible plans that pass every constraint, and how many each constraint dropped (in this order:
+    the floor first, judged against every feasible plan, then the GPU limit, the deadline and the budget)."""
+    dropped = dict.fromkeys(_CONSTRAINT_WORDS, 0)
+    keep = scaling_keep(cols["gpu_type"], cols["num_gpus"], cols["time_to_train_s"], scaling_floor)
+    dropped["scaling_floor"] = int((~keep).sum())
+    for name, limit, column in (("max_gpus", max_gpus, "num_gpus"), ("deadline_s", deadline_s, "time_to_train_s"),
+                                ("budget_usd", budget_usd, "cost_usd")):
+        if limit is not None:
+            over = keep & (cols[column] > limit)
+            dropped[name] = int(over.sum())
+            keep &= ~over
+    return {k: v[keep] for k, v in cols.items()}, dropped

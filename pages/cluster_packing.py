@@ -8,12 +8,14 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+import yaml
 
 from frenzy_core.allocation import empty_allocation, free_by_type, release, submit
-from frenzy_core.cluster import cluster_from_dict, cluster_to_yaml, load_cluster, parse_cluster_yaml
+from frenzy_core.cluster import cluster_from_dict, load_cluster, parse_cluster_yaml
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.models import ZOO
+from frenzy_core.scenario import grouped_cluster_data
 from frenzy_core.workload import default_training
 from pages import common
 
@@ -21,14 +23,34 @@ common.page_setup()
 
 ss = st.session_state
 NODE_COLUMNS = ["name", "gpu_type", "num_gpus", "intra_link", "intra_link_gbyte_s", "network_gbit_s"]
+GROUP_COLUMNS = ["name", "gpu_type", "num_gpus", "count", "intra_link", "intra_link_gbyte_s", "network_gbit_s"]
+GROUP_ABOVE_NODES = 64  # above this many nodes, the table and the grid show node groups, not one row per node
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
                "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
 FREE_COLOUR = "#eceff1"
 
 
+def grouped(cluster) -> bool:
+    return len(cluster.nodes) > GROUP_ABOVE_NODES
+
+
 def nodes_frame(cluster) -> pd.DataFrame:
+    if grouped(cluster):  # one row per run of identical nodes, with its count
+        rows = [{"count": 1, **g} for g in grouped_cluster_data(cluster)["nodes"]]
+        return pd.DataFrame(rows, columns=GROUP_COLUMNS)
     rows = [{k: getattr(n, k) for k in NODE_COLUMNS} for n in cluster.nodes]
     return pd.DataFrame(rows, columns=NODE_COLUMNS)
+
+
+def group_spans(cluster) -> list[tuple[str, int, int]]:
+    """(label, first node index, last node index + 1) of each node group, in node order."""
+    spans, start = [], 0
+    for g in grouped_cluster_data(cluster)["nodes"]:
+        n = int(g.get("count", 1))
+        spans.append((f"{g['name']} × {n} ({g['gpu_type']}, {g['num_gpus']} GPUs each)" if n > 1 else g["name"],
+                      start, start + n))
+        start += n
+    return spans
 
 
 def rows_from_frame(frame: pd.DataFrame) -> list[dict]:
@@ -39,7 +61,7 @@ def rows_from_frame(frame: pd.DataFrame) -> list[dict]:
         for k, v in rec.items():
             if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
                 continue
-            if k == "num_gpus" and isinstance(v, float) and v.is_integer():
+            if k in ("num_gpus", "count") and isinstance(v, float) and v.is_integer():
                 v = int(v)
             row[k] = v
         if row:
@@ -77,6 +99,24 @@ def on_paste() -> None:
     load_text(ss.get("cl_yaml_text", ""), "pasted YAML")
 
 
+def group_figure(cluster, alloc, colour: dict[str, str]) -> go.Figure:
+    """One stacked bar per node group: the GPUs each job holds there, and the free ones (fast at 10,000 nodes)."""
+    free = alloc.free_per_node()
+    spans = group_spans(cluster)
+    labels = [label for label, _, _ in spans]
+    fig = go.Figure()
+    for job in alloc.jobs:
+        per_group = [sum(n for node, n in job.placement.nodes if a <= node < b) for _, a, b in spans]
+        fig.add_bar(y=labels, x=per_group, orientation="h", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
+                    marker_color=colour[job.job_id])
+    fig.add_bar(y=labels, x=[int(free[a:b].sum()) for _, a, b in spans], orientation="h", name="free",
+                marker_color=FREE_COLOUR)
+    fig.update_layout(barmode="stack", height=max(220, 40 * len(spans) + 120), margin=dict(l=10, r=10, t=40, b=10),
+                      xaxis_title="GPUs", yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.25),
+                      title="Node groups × GPUs (colour = job, grey = free)", plot_bgcolor="white")
+    return fig
+
+
 def on_submit() -> None:
     cluster, name = common.cluster(), ss.pack_model
     model = ZOO[name]
@@ -92,7 +132,8 @@ def on_submit() -> None:
     ss.pack_counter = n
     if job is not None:
         ss.allocation = alloc
-        nodes = ", ".join(f"{cluster.nodes[i].name} ({k})" for i, k in job.placement.nodes)
+        names = [f"{cluster.nodes[i].name} ({k})" for i, k in job.placement.nodes]
+        nodes = ", ".join(names[:6]) + (f" and {len(names) - 6} more nodes" if len(names) > 6 else "")
         ss.pack_msg = ("success", f"{job_id} ({name}) placed: {job.plan.label()} on {nodes}.")
     elif not len(plans.plans):
         ss.pack_msg = ("error", f"{job_id} ({name}) cannot run on this cluster: {plans.explanation}")
@@ -126,7 +167,9 @@ with c1:
 with c2:
     st.file_uploader("Upload cluster YAML", type=["yaml", "yml"], key="cl_upload", on_change=on_upload)
 with c3:
-    st.download_button("Download YAML", cluster_to_yaml(cluster), file_name=f"{cluster.name}.yaml",
+    # identical nodes folded into `count` (parse_cluster_yaml expands them back): small and fast at 10,000 nodes
+    st.download_button("Download YAML", yaml.safe_dump(grouped_cluster_data(cluster), sort_keys=False),
+                       file_name=f"{cluster.name}.yaml",
                        mime="application/x-yaml", key="cl_download", icon=":material/download:")
 with st.expander("Paste cluster YAML"):
     st.text_area("YAML", key="cl_yaml_text", height=160, placeholder="name: my-cluster\nnodes:\n  - {name: a100, "
@@ -142,6 +185,9 @@ if editor_key not in ss or "cl_base" not in ss:
     ss.cl_name = cluster.name
 st.subheader("Nodes", anchor=False)
 st.text_input("Cluster name", key="cl_name")
+if grouped(cluster):
+    st.caption(f"{len(cluster.nodes):,} nodes: shown as groups of identical nodes (`count` nodes each, named "
+               "name-0, name-1, ...). Edit a group's count to grow or shrink it.")
 types = list(dict.fromkeys([*CATALOG, *(g.name for g in cluster.gpu_types)]))
 edited = st.data_editor(
     ss.cl_base, key=editor_key, num_rows="dynamic", hide_index=True, width="stretch",
@@ -149,6 +195,8 @@ edited = st.data_editor(
         "name": st.column_config.TextColumn("name", help="unique node name"),
         "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True),
         "num_gpus": st.column_config.NumberColumn("GPUs", min_value=1, max_value=64, step=1, required=True),
+        "count": st.column_config.NumberColumn("nodes", min_value=1, max_value=100_000, step=1,
+                                               help="identical nodes in this group"),
         "intra_link": st.column_config.SelectboxColumn("intra-node link", options=["nvlink", "pcie",
                                                                                     "infinity-fabric"],
                                                        help="empty = the GPU type's usual link"),
@@ -167,6 +215,7 @@ except SpecError as err:
 else:
     if table_cluster != cluster:
         ss.cluster = cluster = table_cluster
+        ss.cluster_error = None  # an error about an earlier paste or upload no longer applies
 counts = " · ".join(f"{n} × {g}" for g, n in cluster.gpus_by_type().items())
 st.caption(f"**{cluster.name}**: {len(cluster.nodes)} nodes, {cluster.total_gpus} GPUs ({counts}); "
            f"${sum(n.num_gpus * cluster.gpu(n.gpu_type).price_per_hour_usd for n in cluster.nodes):,.2f}/h "
@@ -200,39 +249,42 @@ if ss.get("pack_msg"):
     kind, text = ss.pack_msg
     getattr(st, kind)(text)
 
-# node x GPU grid coloured by job
+# node x GPU grid coloured by job (node groups as stacked bars above GROUP_ABOVE_NODES nodes)
 colour = {j.job_id: JOB_COLOURS[i % len(JOB_COLOURS)] for i, j in enumerate(alloc.jobs)}
-by_id = {j.job_id: j for j in alloc.jobs}
-width = max(n.num_gpus for n in cluster.nodes)
-code = {j.job_id: i + 1 for i, j in enumerate(alloc.jobs)}  # 0 = free, k = the k-th job
-z, texts, hovers = [], [], []
-for ni, node in enumerate(cluster.nodes):
-    row_z, row_t, row_h = [], [], []
-    for k in range(width):
-        owner = alloc.owner[ni][k] if k < node.num_gpus else None
-        row_z.append(None if k >= node.num_gpus else code.get(owner, 0))
-        row_t.append(owner.replace("job-", "") if owner else "")
-        row_h.append("" if k >= node.num_gpus else f"{node.name} GPU {k} ({node.gpu_type})<br>" + (
-            f"{owner}: {by_id[owner].model}, {by_id[owner].plan.label()}" if owner else "free"))
-    z.append(row_z)
-    texts.append(row_t)
-    hovers.append(row_h)
-n_codes = len(alloc.jobs) + 1
-palette = [FREE_COLOUR] + [colour[j.job_id] for j in alloc.jobs]
-scale = [] if n_codes > 1 else [[0, FREE_COLOUR], [1, FREE_COLOUR]]
-for i, c in enumerate(palette if n_codes > 1 else []):  # a stepped scale: one flat band per code
-    scale += [[i / n_codes, c], [(i + 1) / n_codes, c]]
-fig = go.Figure(go.Heatmap(
-    z=z, x=list(range(width)), y=[n.name for n in cluster.nodes], text=texts, texttemplate="%{text}",
-    hovertext=hovers, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5, showscale=False,
-    xgap=3, ygap=3, textfont=dict(color="white", size=11)))
-for job in alloc.jobs:  # legend entries, one per job
-    fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
-                    marker=dict(symbol="square", size=12, color=colour[job.job_id]))
-fig.update_layout(height=max(220, 30 * len(cluster.nodes) + 110), margin=dict(l=10, r=10, t=40, b=10),
-                  xaxis=dict(title="GPU slot", tickmode="linear", dtick=1), plot_bgcolor="white",
-                  yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.2),
-                  title="Nodes × GPUs (colour = job, grey = free)")
+if grouped(cluster):
+    fig = group_figure(cluster, alloc, colour)
+else:
+    by_id = {j.job_id: j for j in alloc.jobs}
+    width = max(n.num_gpus for n in cluster.nodes)
+    code = {j.job_id: i + 1 for i, j in enumerate(alloc.jobs)}  # 0 = free, k = the k-th job
+    z, texts, hovers = [], [], []
+    for ni, node in enumerate(cluster.nodes):
+        row_z, row_t, row_h = [], [], []
+        for k in range(width):
+            owner = alloc.owner[ni][k] if k < node.num_gpus else None
+            row_z.append(None if k >= node.num_gpus else code.get(owner, 0))
+            row_t.append(owner.replace("job-", "") if owner else "")
+            row_h.append("" if k >= node.num_gpus else f"{node.name} GPU {k} ({node.gpu_type})<br>" + (
+                f"{owner}: {by_id[owner].model}, {by_id[owner].plan.label()}" if owner else "free"))
+        z.append(row_z)
+        texts.append(row_t)
+        hovers.append(row_h)
+    n_codes = len(alloc.jobs) + 1
+    palette = [FREE_COLOUR] + [colour[j.job_id] for j in alloc.jobs]
+    scale = [] if n_codes > 1 else [[0, FREE_COLOUR], [1, FREE_COLOUR]]
+    for i, c in enumerate(palette if n_codes > 1 else []):  # a stepped scale: one flat band per code
+        scale += [[i / n_codes, c], [(i + 1) / n_codes, c]]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(width)), y=[n.name for n in cluster.nodes], text=texts, texttemplate="%{text}",
+        hovertext=hovers, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5, showscale=False,
+        xgap=3, ygap=3, textfont=dict(color="white", size=11)))
+    for job in alloc.jobs:  # legend entries, one per job
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
+                        marker=dict(symbol="square", size=12, color=colour[job.job_id]))
+    fig.update_layout(height=max(220, 30 * len(cluster.nodes) + 110), margin=dict(l=10, r=10, t=40, b=10),
+                      xaxis=dict(title="GPU slot", tickmode="linear", dtick=1), plot_bgcolor="white",
+                      yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.2),
+                      title="Nodes × GPUs (colour = job, grey = free)")
 left, right = st.columns([2.2, 1])
 with left:
     st.plotly_chart(fig, key="pack_grid", width="stretch")

@@ -29,6 +29,19 @@ DEFAULT_MODEL = "llama-2-7b"
 DEFAULT_TRAINING = dict(seq_len=2048, global_batch=64, micro_batch=1, precision="bf16-master")
 DEFAULT_PAR = Parallelism(dp=2, tp=4, pp=1)
 
+# Widget keys that must survive a visit to another page. Streamlit drops a widget's state when the page changes;
+# page_setup copies them into `_kept` at the top of each run of their page and puts them back when the page opens
+# again. Buttons, uploaders and data editors cannot be assigned and are left out.
+PERSISTENT_KEYS = {
+    "overview": (),
+    "model": ("mem_all_gpus", "mem_log_scale"),
+    "plans": ("plans_objective", "plans_tokens", "plans_method", "plans_margin", "plans_floor", "plans_deadline_h",
+              "plans_max_gpus", "plans_budget", "plans_export_format", "plans_export_rank"),
+    "cluster": ("pack_model",),
+    "simulation": ("sim_kind", "sim_limit", "sim_bundled", "sim_fmt", "sim_policies", "sim_seeds"),
+    "whatif": ("wi_budget", "wi_policy", "wi_seeds", "wi_kind", "wi_limit", "wi_bundled", "wi_fmt"),
+}
+
 PAGES = {
     "overview": ("pages/overview.py", "Overview", ":material/home:"),
     "model": ("pages/model_memory.py", "Model & memory", ":material/memory:"),
@@ -88,6 +101,8 @@ def page_setup() -> None:
     (its old multipage convention) until the first st.navigation call of the process. A brand-new session that
     arrives that way (a fresh server's first request for /plans, say) is sent through app.py, the router, so it gets
     its state, navigation and sidebar; a session that already has its state just carries on (nothing is lost)."""
+    import sys
+
     from streamlit.runtime.pages_manager import PagesManager
 
     if PagesManager.uses_pages_directory:
@@ -95,6 +110,7 @@ def page_setup() -> None:
         if "model" not in st.session_state:
             st.rerun()
     init_state()
+    keep_widgets(page_key(Path(sys._getframe(1).f_globals.get("__file__", "")).stem))
 
 
 def set_cluster(cluster: Cluster, source: str) -> None:
@@ -137,13 +153,45 @@ def fmt_params(n: int) -> str:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def ranked_plans(model_json: str, training_json: str, cluster_json: str, objective: str = "time",
-                 tokens: float = 1e10, method: str = "detailed", safety_margin: float = 0.10):
+                 tokens: float = 1e10, method: str = "detailed", safety_margin: float = 0.10,
+                 scaling_floor: float = 0.0, max_gpus: int | None = None, deadline_s: float | None = None,
+                 budget_usd: float | None = None):
     """frenzy_core.plans.rank_plans, cached on the JSON of the specs (pydantic values hash through their JSON)."""
     from frenzy_core.plans import rank_plans
 
     return rank_plans(ModelSpec.model_validate_json(model_json), TrainingSpec.model_validate_json(training_json),
                       Cluster.model_validate_json(cluster_json), objective=objective, tokens=tokens, method=method,
-                      safety_margin=safety_margin)
+                      safety_margin=safety_margin, scaling_floor=scaling_floor, max_gpus=max_gpus,
+                      deadline_s=deadline_s, budget_usd=budget_usd)
+
+
+def keep_widgets(current: str | None) -> None:
+    """At the top of a page's run. The first run of a visit puts back the values the page had when the user left it
+    (Streamlit dropped them, or kept a stale value set earlier through the Session State API); every later run of
+    the visit remembers them (the user's latest input is already in st.session_state)."""
+    ss = st.session_state
+    kept = ss.setdefault("_kept", {})
+    arriving = ss.get("_page") != current
+    ss._page = current
+    for key in PERSISTENT_KEYS.get(current, ()):
+        if arriving and key in kept:
+            ss[key] = kept[key]
+        elif key in ss:
+            kept[key] = ss[key]
+
+
+def set_widget(key: str, value) -> None:
+    """Set a page's widget value from outside the page (a loaded scenario): now and on the page's next visit."""
+    st.session_state[key] = value
+    st.session_state.setdefault("_kept", {})[key] = value
+
+
+def page_key(url_path: str) -> str | None:
+    """The PAGES key of a page from its URL path ("" is the overview)."""
+    for key, (path, _, _) in PAGES.items():
+        if Path(path).stem == (url_path or "overview"):
+            return key
+    return None
 
 
 def show_error(err: Exception, what: str = "") -> None:
@@ -156,6 +204,8 @@ def fill_sidebar(container) -> None:
     """The current model and cluster, shown on every page (filled after the page ran, so it is never stale)."""
     m, c, t, p = model(), cluster(), training(), par()
     with container:
+        if st.session_state.get("scenario_name"):
+            st.markdown(f"**Scenario:** {st.session_state.scenario_name}")
         st.markdown("**Current model**")
         st.caption(f"{m.name} · {fmt_params(m.parameter_count())} parameters · seq {t.seq_len} · "
                    f"batch {t.global_batch} (micro {t.micro_batch}) · {t.precision} · d={p.dp} t={p.tp} p={p.pp}")
@@ -228,3 +278,149 @@ def trace_picker(prefix: str, default_limit: int = 200):
         st.warning(f"Skipped {len(trace.skipped)} malformed row(s): {shown}{more}. Fix them in the file to keep "
                    "those jobs.", icon=":material/warning:")
     return trace
+
+
+# --- the scenario: every input of every page as one value (frenzy_core.scenario), saved, loaded and shared ----------
+SCENARIO_DIR = ROOT / "sample_scenarios"
+SHARE_PARAM = "s"  # the query-string key of the share code: ?s=<base64url>
+
+
+def sample_scenarios() -> dict[str, Path]:
+    """The bundled scenario files, stem -> path (ml-engineer, procurement, teacher)."""
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
+
+
+def _widget(key: str, default):
+    """A page's setting: the value remembered for its page (current even while another page is open), else the
+    widget's, else `default`."""
+    ss = st.session_state
+    value = ss.get("_kept", {}).get(key, ss.get(key))
+    return default if value is None else value
+
+
+def scenario_from_state():
+    """The scenario the session holds now: canonical model/training/split/cluster plus every page's settings.
+    Widget values that do not validate fall back to the last good scenario's (None if there is none yet)."""
+    from pydantic import ValidationError
+
+    from frenzy_core.scenario import PlanGoal, Scenario, SimulationSpec, SplitSpec, WhatIfSpec
+
+    ss = st.session_state
+    last = ss.get("scenario_last")
+    goal0 = last.plans if last else PlanGoal()
+    sim0 = last.simulation if last else SimulationSpec()
+    wi0 = last.whatif if last else WhatIfSpec()
+    m = model()
+    try:
+        deadline = float(_widget("plans_deadline_h", goal0.deadline_h or 0.0))
+        max_gpus = int(_widget("plans_max_gpus", goal0.max_gpus or 0))
+        budget = float(_widget("plans_budget", goal0.budget_usd or 0.0))
+        goal = PlanGoal(objective=_widget("plans_objective", goal0.objective),
+                        tokens=float(_widget("plans_tokens", goal0.tokens)),
+                        method=_widget("plans_method", goal0.method),
+                        safety_margin=float(_widget("plans_margin", goal0.safety_margin)),
+                        scaling_floor=float(_widget("plans_floor", goal0.scaling_floor)),
+                        deadline_h=deadline or None, max_gpus=max_gpus or None, budget_usd=budget or None)
+        kind = _widget("sim_kind", "bundled sample")
+        sim = SimulationSpec(trace=_widget("sim_bundled", sim0.trace) if kind == "bundled sample" else sim0.trace,
+                             limit_jobs=int(_widget("sim_limit", sim0.limit_jobs)),
+                             policies=tuple(_widget("sim_policies", sim0.policies)) or sim0.policies,
+                             seeds=int(_widget("sim_seeds", sim0.seeds)))
+        wi = WhatIfSpec(budget_usd_per_hour=float(_widget("wi_budget", wi0.budget_usd_per_hour)),
+                        policy=_widget("wi_policy", wi0.policy), seeds=int(_widget("wi_seeds", wi0.seeds)))
+        p = par()
+        scenario = Scenario(name=ss.get("scenario_name") or "my scenario", user=ss.get("scenario_user", "custom"),
+                            description=ss.get("scenario_description", ""),
+                            model=m.name if ZOO.get(m.name) == m else m, training=training(),
+                            split=SplitSpec(dp=p.dp, tp=p.tp, pp=p.pp), cluster=cluster(), plans=goal,
+                            simulation=sim, whatif=wi)
+    except (ValidationError, SpecError, ValueError, TypeError):
+        return last
+    ss.scenario_last = scenario
+    return scenario
+
+
+# widget keys that pages re-seed from the canonical values when they are missing (the Model & memory page)
+_RESEED = ("base_spec", "zoo_pick", "hp_hidden_size", "tr_seq_len")
+
+
+def apply_scenario(s, source: str) -> None:
+    """Make `s` the session's state: canonical values, every page's widgets (now and on their next visit), results
+    of the old state dropped."""
+    ss = st.session_state
+    m = s.model_spec
+    ss.model, ss.training, ss.par = m, s.training, s.split.parallelism()
+    ss.model_base = m.name if m.name in ZOO else "(config.json)"
+    set_cluster(s.cluster, source)
+    for key in list(ss.keys()):
+        if key.startswith(("hp_", "tr_", "par_")) or key in _RESEED:
+            del ss[key]
+    g, sim, wi = s.plans, s.simulation, s.whatif
+    for key, value in {
+        "plans_objective": g.objective, "plans_tokens": float(g.tokens), "plans_method": g.method,
+        "plans_margin": float(g.safety_margin), "plans_floor": float(g.scaling_floor),
+        "plans_deadline_h": float(g.deadline_h or 0.0), "plans_max_gpus": int(g.max_gpus or 0),
+        "plans_budget": float(g.budget_usd or 0.0),
+        "sim_kind": "bundled sample", "sim_bundled": sim.trace, "sim_limit": int(sim.limit_jobs),
+        "sim_seeds": int(sim.seeds), "sim_policies": list(sim.policies),
+        "wi_kind": "bundled sample", "wi_bundled": sim.trace, "wi_limit": int(sim.limit_jobs),
+        "wi_budget": float(wi.budget_usd_per_hour), "wi_policy": wi.policy, "wi_seeds": int(wi.seeds),
+    }.items():
+        set_widget(key, value)
+    for key in ("sim_results", "sim_meta", "wi_results", "wi_meta", "plans_p", "pack_msg"):
+        ss.pop(key, None)
+    ss.scenario_name, ss.scenario_user, ss.scenario_description = s.name, s.user, s.description
+    ss.scenario_last = s
+
+
+def share_code() -> str | None:
+    """The current scenario's share code, or None when the scenario is too large for a link (or not valid yet)."""
+    from frenzy_core.scenario import encode_share
+
+    s = scenario_from_state()
+    if s is None:
+        return None
+    ss = st.session_state
+    cached = ss.get("share_cache")
+    if cached is not None and cached[0] == s:  # equal scenarios: skip re-encoding a large cluster
+        return cached[1]
+    try:
+        code = encode_share(s)
+    except SpecError as err:
+        ss.share_error = str(err)
+        code = None
+    else:
+        ss.share_error = None
+    ss.share_cache = (s, code)
+    return code
+
+
+def load_share_link() -> bool:
+    """Apply the scenario of the URL's ?s= code once per code; True when it was applied. No rerun: a rerun before
+    st.navigation would lose the page the URL asked for."""
+    from frenzy_core.scenario import decode_share
+
+    ss = st.session_state
+    code = st.query_params.get(SHARE_PARAM)
+    seen = ss.setdefault("share_seen", set())
+    # a code this session wrote or applied before is an old address (the browser may keep it on a page change)
+    if not code or code in seen or (ss.get("share_cache") or (None, None))[1] == code:
+        return False
+    seen.add(code)
+    try:
+        scenario = decode_share(code)
+    except SpecError as err:
+        ss.share_link_error = f"The link's scenario could not be loaded ({err}); showing the current settings."
+        return False
+    apply_scenario(scenario, f"share link ({scenario.name})")
+    ss.share_link_error = None
+    return True
+
+
+def sync_share_link() -> None:
+    """Keep ?s= in the address bar equal to the current scenario, so a reload or a copied URL restores it."""
+    code = share_code()
+    if code:
+        # always written: after a page change the browser can show an older ?s= than the server believes it has
+        st.query_params[SHARE_PARAM] = code
+        st.session_state.setdefault("share_seen", set()).add(code)

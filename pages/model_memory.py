@@ -3,6 +3,8 @@ and see the per-GPU memory by component, detailed beside the paper's method, aga
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -30,6 +32,29 @@ BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "biases on linear layer
 TRAINING_FIELDS = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
                    "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout")
 CUSTOM = "(config.json)"
+# Upper bounds a user can type (the widgets refuse larger values with a message); the largest public models sit
+# well inside them (Llama-3.1-405B: h 16,384, 126 layers, vocabulary 128,256).
+INT_LIMITS = {"vocab_size": 2_000_000, "hidden_size": 131_072, "num_layers": 2_048, "num_heads": 1_024,
+              "num_kv_heads": 1_024, "ffn_size": 1_048_576, "max_positions": 10_485_760, "num_experts": 1_024,
+              "moe_top_k": 64}
+# What each memory term is, in words and symbols (W = parameters, s = sequence, b = micro-batch, h = hidden size,
+# a = heads, V = vocabulary, l = layers on the most loaded stage); docs/memory.md derives and tests each one.
+TERM_HELP = {
+    "weights": "parameters on this GPU x bytes per parameter: W / (t x p) x 2 (bf16) or 4 (fp32); ZeRO-3 also / d",
+    "gradients": "one gradient per parameter: W / (t x p) x 4 (fp32 main grad) or 2; ZeRO-2/3 also / d",
+    "optimizer": "fp32 master copy (4 B) + Adam's exp_avg and exp_avg_sq (4 + 4 B) per parameter, / (t x p); "
+                 "ZeRO-1+ or the distributed optimizer also / d",
+    "activations": "tensors saved for backward on the most loaded pipeline stage: per layer s x b x h x "
+                   "(34 + 5 a s / h) / t bytes in Korthikanti et al. 2022 (flash attention drops the 5 a s / h "
+                   "score term), x layers x micro-batches in flight",
+    "logits": "the [b x s, V / t] logits in bf16, the fp32 log-softmax cross_entropy saves, and the fp32 + bf16 "
+              "logit gradients at the start of backward: 12-16 bytes per logit element (docs/memory.md, "
+              "'Logits and loss')",
+    "transient": "temporaries alive only at the peak moment, e.g. foreach AdamW's fp32 temporary inside "
+                 "optimizer.step() (4 B per parameter) or the buffers at the start of backward "
+                 "(docs/memory.md, 'The peak moves')",
+    "overhead": "CUDA context and the caching allocator's reserve beyond the allocated tensors",
+}
 
 
 def resolved(spec: ModelSpec) -> dict:
@@ -59,6 +84,7 @@ def seed_training_widgets() -> None:
 
 def on_zoo_pick() -> None:
     name = ss.zoo_pick
+    ss.hf_error = None  # a config.json error is stale once another model is picked
     if name in ZOO:
         ss.base_spec = ZOO[name]
         ss.model_base = name
@@ -138,7 +164,8 @@ with left:
                      else f"{ss.base_spec.name} (from config.json)")
         cols = st.columns(3)
         for i, (field, label) in enumerate(INT_FIELDS.items()):
-            cols[i % 3].number_input(label, min_value=0 if field == "num_experts" else 1, step=1, key=f"hp_{field}")
+            cols[i % 3].number_input(label, min_value=0 if field == "num_experts" else 1, max_value=INT_LIMITS[field],
+                                     step=1, key=f"hp_{field}")
         cols = st.columns(3)
         for i, (field, (label, choices)) in enumerate(CHOICE_FIELDS.items()):
             cols[i].selectbox(label, choices, key=f"hp_{field}")
@@ -150,10 +177,12 @@ with left:
     if ss.get("seq_note"):
         st.info(ss.pop("seq_note"))
     c1, c2, c3 = st.columns(3)
-    c1.number_input("sequence length", min_value=1, step=256, key="tr_seq_len")
-    c2.number_input("global batch", min_value=1, step=1, key="tr_global_batch",
+    c1.number_input("sequence length", min_value=1, max_value=1_048_576, step=256, key="tr_seq_len",
+                    help="tokens per sample, 1 to 1,048,576")
+    c2.number_input("global batch", min_value=1, max_value=1_048_576, step=1, key="tr_global_batch",
                     help="samples per optimizer step over all replicas")
-    c3.number_input("micro-batch", min_value=1, step=1, key="tr_micro_batch", help="samples per forward/backward")
+    c3.number_input("micro-batch", min_value=1, max_value=65_536, step=1, key="tr_micro_batch",
+                    help="samples per forward/backward; at most the global batch")
     c1.selectbox("precision", ["bf16-master", "amp", "fp32"], key="tr_precision")
     c2.selectbox("optimizer", ["adamw", "adamw-fused", "sgd"], key="tr_optimizer")
     c3.selectbox("ZeRO stage", [0, 1, 2, 3], key="tr_zero_stage")
@@ -164,9 +193,9 @@ with left:
     c2.checkbox("sequence parallel", key="tr_sequence_parallel")
     st.markdown("**Split** (data × tensor × pipeline)")
     c1, c2, c3 = st.columns(3)
-    c1.number_input("d (data)", min_value=1, step=1, key="par_dp")
-    c2.number_input("t (tensor)", min_value=1, step=1, key="par_tp")
-    c3.number_input("p (pipeline)", min_value=1, step=1, key="par_pp")
+    c1.number_input("d (data)", min_value=1, max_value=1_048_576, step=1, key="par_dp")
+    c2.number_input("t (tensor)", min_value=1, max_value=1_024, step=1, key="par_tp")
+    c3.number_input("p (pipeline)", min_value=1, max_value=2_048, step=1, key="par_pp")
 
 # --- widgets -> specs; a bad value shows an error and the last good spec stays ----------------------------------------
 base: ModelSpec = ss.base_spec
@@ -217,16 +246,22 @@ with right:
     c.metric("Per-GPU peak (paper)", f"{paper[1]:.2f} GiB", help="Frenzy paper (arXiv 2412.14479), Sec. IV-A")
     st.caption(f"Detailed peak during **{detailed[2]}**.")
 
-    show_all = st.toggle("Show every GPU in the catalog", value=False, key="mem_all_gpus",
+    ss.setdefault("mem_all_gpus", False)
+    ss.setdefault("mem_log_scale", False)
+    t1, t2 = st.columns(2)
+    show_all = t1.toggle("Show every GPU in the catalog", key="mem_all_gpus",
                          help="Off: only the GPU types of the current cluster.")
+    log_scale = t2.toggle("Log scale", key="mem_log_scale",
+                          help="The paper's formula can be many times the detailed figure; a log axis shows both.")
     gpus = list(CATALOG.values()) if show_all else common.cluster().gpu_types_present()
     fig = go.Figure()
     methods = ["detailed", "paper"]
     names = list(dict.fromkeys([*detailed[0], *paper[0]]))
     for name in names:
+        help_text = TERM_HELP.get(name, "see docs/memory.md")
         fig.add_bar(name=name.replace("_bytes", "").replace("_", " "), x=methods,
-                    y=[result[mm][0].get(name, 0.0) for mm in methods],
-                    hovertemplate="%{x}: %{y:.2f} GiB<extra>" + name + "</extra>")
+                    y=[result[mm][0].get(name, 0.0) for mm in methods], customdata=[help_text] * len(methods),
+                    hovertemplate="<b>" + name + "</b> (%{x}): %{y:.2f} GiB<br>%{customdata}<extra></extra>")
     by_capacity: dict[float, list[str]] = {}
     for g in gpus:
         by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
@@ -235,9 +270,19 @@ with right:
         fig.add_hline(y=cap, line_dash="dot", line_color="#2e7d32" if fits else "#c62828",
                       annotation_text=f"{'✓' if fits else '✗'} {', '.join(gnames)} ({cap:g} GiB)",
                       annotation_position="top right", annotation_font_size=11)
-    top = max([detailed[1], paper[1], *by_capacity]) if by_capacity else max(detailed[1], paper[1])
-    fig.update_layout(barmode="stack", height=520, yaxis_title="GiB per GPU", yaxis_range=[0, top * 1.12],
-                      margin=dict(l=10, r=10, t=30, b=10), legend_title_text="component",
+    # the linear axis fits the detailed bar and every GPU line; a paper bar far above is labelled, not squashing them
+    top = max([detailed[1], *by_capacity]) if by_capacity else detailed[1]
+    if log_scale:
+        low = min([v for v in [*detailed[0].values(), *paper[0].values()] if v > 0] or [0.01])
+        fig.update_yaxes(type="log", range=[math.log10(max(low, 1e-3)) - 0.2,
+                                            math.log10(max(top, paper[1])) + 0.15])
+    else:
+        fig.update_yaxes(range=[0, top * 1.15])
+        if paper[1] > top * 1.15:
+            fig.add_annotation(x="paper", y=top * 1.1, text=f"paper: {paper[1]:,.0f} GiB ↑ (turn on log scale)",
+                               showarrow=False, font=dict(color="#c62828", size=12), bgcolor="white")
+    fig.update_layout(barmode="stack", height=520, yaxis_title="GiB per GPU", margin=dict(l=10, r=10, t=30, b=10),
+                      legend_title_text="component",
                       title=f"{m.name}, d={p.dp} t={p.tp} p={p.pp}, micro-batch {t.micro_batch}, seq {t.seq_len}")
     st.plotly_chart(fig, key="memory_chart", width="stretch")
     fit_rows = [{"GPU": g.name, "memory GiB": round(common.gib(g.memory_bytes), 1),
@@ -246,3 +291,10 @@ with right:
     st.dataframe(fit_rows, hide_index=True, width="stretch")
     st.caption("Capacity is the GPU's nominal memory; the Plans page also keeps a safety margin free. "
                "Detailed = component model with the most loaded pipeline stage; paper = Frenzy's closed form.")
+    # the formulas sit in a popover (drawn only when opened) so the page and its memory updates stay fast
+    with st.popover("What each term is (formulas, docs/memory.md)", icon=":material/function:"):
+        st.markdown("| term | detailed GiB | paper GiB | what it is |\n|---|---:|---:|---|\n" + "\n".join(
+            f"| {name} | {detailed[0].get(name, 0.0):.3f} | {paper[0].get(name, 0.0):.3f} | "
+            f"{TERM_HELP.get(name, 'see docs/memory.md')} |" for name in names))
+        st.caption("Derivations and the traced findings behind each term: docs/memory.md, \"Findings the model is "
+                   "built on\".")

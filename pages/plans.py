@@ -1,29 +1,56 @@
 """Plans: every (GPU type, d, t, p) for the current model on the current cluster, as headroom heatmaps and a ranked
-table under a chosen objective, with one sentence on why the top plan wins."""
+table under a chosen objective and constraints, the best plan per GPU type, why the top plan wins, and the launch
+files (Megatron-LM, DeepSpeed, torchtitan, accelerate, SLURM, Kubernetes) of any plan."""
 
 from __future__ import annotations
+
+import json
+import math
 
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
 from frenzy_core.errors import SpecError
+from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
+from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
 from pages import common
 
 common.page_setup()
+ss = st.session_state
 
 OBJECTIVE_LABELS = {"time": "time to train", "gpu-hours": "GPU-hours", "cost": "cost", "gpus": "fewest GPUs"}
+FORMAT_LABELS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "torchtitan": "torchtitan",
+                 "accelerate": "accelerate", "slurm": "SLURM", "kubernetes": "Kubernetes"}
+CODE_LANGUAGE = {"megatron": "bash", "deepspeed": "json", "torchtitan": "toml", "accelerate": "yaml", "slurm": "bash",
+                 "kubernetes": "yaml"}
+PANELS_PER_ROW = 4
+# Human column headers, units in the header; times in hours throughout.
+COLUMNS = {"gpu_type": "GPU type", "dp": "d (data)", "tp": "t (tensor)", "pp": "p (pipeline)", "num_gpus": "GPUs",
+           "micro_batch": "micro-batch", "grad_accum": "accumulation steps", "memory_gib": "memory (GiB/GPU)",
+           "headroom_gib": "headroom (GiB)", "step_time_s": "step (s)", "tokens_per_s": "throughput (tokens/s)",
+           "hours": "time to train (h)", "gpu_hours": "GPU-hours", "cost_usd": "cost (USD)"}
+FORMATS_NUM = {"memory (GiB/GPU)": "%.1f", "headroom (GiB)": "%.1f", "step (s)": "%.3f",
+               "throughput (tokens/s)": "%,.0f", "time to train (h)": "%,.1f", "GPU-hours": "%,.0f",
+               "cost (USD)": "$%,.0f"}
+DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "detailed", "plans_margin": 0.10,
+            "plans_floor": DEFAULT_SCALING_FLOOR, "plans_deadline_h": 0.0, "plans_max_gpus": 0, "plans_budget": 0.0,
+            "plans_export_format": "megatron", "plans_export_rank": 1}
 
 
-def heatmaps(grid, types: list[str], p: int, lim: float) -> go.Figure:
-    """One panel per GPU type: d (rows) x t (columns) coloured by headroom GiB; infeasible cells carry a cross.
-    One figure with shared axes and one colour bar (cheaper to draw than a figure per type)."""
-    fig = make_subplots(rows=1, cols=len(types), shared_yaxes=True, horizontal_spacing=0.03,
-                        subplot_titles=[f"{g} · p={p}" for g in types])
+def heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> go.Figure:
+    """One panel per GPU type (at most PANELS_PER_ROW per row): d (rows) x t (columns) coloured by headroom GiB;
+    infeasible cells carry a cross, the winning plan a star. One figure, shared colour bar."""
+    rows = math.ceil(len(types) / PANELS_PER_ROW)
+    cols = min(len(types), PANELS_PER_ROW)
+    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, horizontal_spacing=0.04,
+                        vertical_spacing=0.16 if rows > 1 else 0.0, subplot_titles=types)
     d_all = sorted(int(v) for v in grid["dp"].unique())
     t_all = sorted(int(v) for v in grid["tp"].unique())
-    for i, gpu_type in enumerate(types, start=1):
-        cells = grid[(grid["gpu_type"] == gpu_type) & (grid["pp"] == p)]
+    at_p = grid[grid["pp"] == p]
+    for i, gpu_type in enumerate(types):
+        r, c = i // PANELS_PER_ROW + 1, i % PANELS_PER_ROW + 1
+        cells = at_p[at_p["gpu_type"] == gpu_type]
         table = cells.pivot_table(index="dp", columns="tp", values="headroom_gib", aggfunc="first")
         table = table.reindex(index=d_all, columns=t_all)
         feasible = cells.pivot_table(index="dp", columns="tp", values="feasible", aggfunc="first")
@@ -33,14 +60,49 @@ def heatmaps(grid, types: list[str], p: int, lim: float) -> go.Figure:
         fig.add_trace(go.Heatmap(
             z=table.values, x=[f"t={t}" for t in t_all], y=[f"d={d}" for d in d_all], text=text,
             texttemplate="%{text}", colorscale="RdYlGn", zmid=0, zmin=-lim, zmax=lim, xgap=2, ygap=2,
-            showscale=(i == len(types)), colorbar=dict(title="headroom GiB", thickness=12),
+            showscale=(i == 0), colorbar=dict(title="headroom GiB", thickness=12),
             hovertemplate="%{y} %{x} p=" + str(p) + "<br>headroom %{z:.1f} GiB<extra>" + gpu_type + "</extra>",
-        ), row=1, col=i)
+        ), row=r, col=c)
+        if best is not None and best.gpu_type == gpu_type and best.pp == p:
+            fig.add_trace(go.Scatter(x=[f"t={best.tp}"], y=[f"d={best.dp}"], mode="markers", name="best plan",
+                                     marker=dict(symbol="star", size=22, color="#1a237e",
+                                                 line=dict(color="white", width=2)),
+                                     hovertemplate="best plan: " + best.label() + "<extra></extra>"),
+                          row=r, col=c)
+        fig.update_xaxes(title_text="t (tensor-parallel)", type="category", row=r, col=c)
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text="d (data-parallel)", row=r, col=1)
     fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_xaxes(type="category")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_layout(height=330 * rows + 40, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
+                      title=dict(text=f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)"
+                                                                      if best is not None and best.pp == p else ""),
+                                 font=dict(size=14)))
     return fig
 
+
+def plan_table(frame):
+    table = frame.assign(memory_gib=frame["memory_bytes"] / common.GIB_FLOAT,
+                         headroom_gib=frame["headroom_bytes"] / common.GIB_FLOAT,
+                         hours=frame["time_to_train_s"] / 3600.0)[list(COLUMNS)]
+    return table.rename(columns=COLUMNS)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def launch_file(fmt: str, model_json: str, training_json: str, cluster_json: str, plan_json: str,
+                tokens: float) -> str:
+    """frenzy_core.export.export_plan, cached on the JSON of its inputs."""
+    from frenzy_core.cluster import Cluster
+    from frenzy_core.models import ModelSpec
+    from frenzy_core.training import TrainingSpec
+
+    return export_plan(fmt, ModelSpec.model_validate_json(model_json), TrainingSpec.model_validate_json(training_json),
+                       Plan(**json.loads(plan_json)), Cluster.model_validate_json(cluster_json), tokens=tokens)
+
+
+# the Launch panel opens on the training's framework where the spec has one (TrainingSpec.framework)
+DEFAULTS["plans_export_format"] = FRAMEWORK_EXPORT.get(getattr(common.training(), "framework", None), "megatron")
+for key, value in DEFAULTS.items():
+    ss.setdefault(key, value)
 
 st.title("Plans")
 m, t, c = common.model(), common.training(), common.cluster()
@@ -50,25 +112,43 @@ st.caption(f"{m.name} · seq {t.seq_len} · global batch {t.global_batch} · {t.
 
 c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
 objective = c1.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,
-                                 default="time", key="plans_objective") or "time"
-tokens = c2.number_input("token budget", min_value=1e6, value=1e10, step=1e9, format="%.3g", key="plans_tokens")
+                                 key="plans_objective") or "time"
+tokens = c2.number_input("token budget", min_value=1e6, max_value=1e16, step=1e9, format="%.3g", key="plans_tokens",
+                         help="tokens to train for, 1e6 to 1e16")
 method = c3.selectbox("memory method", ["detailed", "paper"], key="plans_method")
-margin = c4.slider("safety margin", 0.0, 0.5, 0.10, 0.01, key="plans_margin",
+margin = c4.slider("safety margin", 0.0, 0.5, step=0.01, key="plans_margin",
                    help="fraction of each GPU's memory kept free")
+c1, c2, c3, c4 = st.columns(4)
+deadline_h = c1.number_input("deadline (h, 0 = none)", min_value=0.0, max_value=1e6, step=24.0, key="plans_deadline_h",
+                             help="drop plans that take longer than this to train the token budget")
+max_gpus = c2.number_input("max GPUs (0 = none)", min_value=0, max_value=1_000_000, step=8, key="plans_max_gpus")
+budget = c3.number_input("budget (USD, 0 = none)", min_value=0.0, max_value=1e10, step=1000.0,
+                         key="plans_budget", help="drop plans that cost more (GPU-hours x catalog price)")
+floor = c4.slider("scaling floor", 0.0, 1.0, step=0.05, key="plans_floor",
+                  help="drop a plan when the GPUs it adds over a smaller plan of the same GPU type buy less than "
+                       "this share of linear speed-up (0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
 
 try:
     with st.spinner("Ranking plans…"):
-        result = common.ranked_plans(m.model_dump_json(), t.model_dump_json(), c.model_dump_json(), objective, float(tokens),
-                        method, float(margin))
+        result = common.ranked_plans(
+            m.model_dump_json(), t.model_dump_json(), c.model_dump_json(), objective, float(tokens), method,
+            float(margin), float(floor), int(max_gpus) or None, float(deadline_h) * 3600.0 or None,
+            float(budget) or None)
 except SpecError as err:
     common.show_error(err)
     st.stop()
 
 grid = result.grid
-if len(result.plans):
+best = result.plan(0) if len(result) else None
+if best is not None:
     st.success(result.why_top, icon=":material/emoji_events:")
 else:
     st.error(result.explanation, icon=":material/block:")
+with st.expander("How the plans are ranked", expanded=False):
+    st.markdown(f"{result.ranking_text}\n\nEvery feasible (GPU type, d, t, p) fits the GPU's memory after the safety "
+                "margin. The **scaling floor** compares each plan with the fastest plan of every smaller GPU count "
+                "on the same GPU type: the added GPUs must buy at least that share of a linear speed-up. The full "
+                "rules are in `docs/ranking.md`.")
 
 st.subheader("Memory headroom per split", anchor=False)
 if grid.empty:
@@ -76,33 +156,51 @@ if grid.empty:
 else:
     grid = grid.assign(headroom_gib=grid["headroom_bytes"] / common.GIB_FLOAT)
     p_values = sorted(int(v) for v in grid["pp"].unique())
-    p = st.select_slider("pipeline stages p", p_values, value=p_values[0], key="plans_p") if len(p_values) > 1 \
-        else p_values[0]
+    if best is not None and ss.get("plans_p_for") != best.label():  # a new winner: open its p
+        ss.plans_p, ss.plans_p_for = best.pp, best.label()
+    if ss.get("plans_p") not in p_values:
+        ss.plans_p = p_values[0]
+    p = st.select_slider("pipeline stages p", p_values, key="plans_p") if len(p_values) > 1 else p_values[0]
     types = list(dict.fromkeys(grid["gpu_type"]))
     # one colour scale for every GPU type, spanning the feasible headroom (deeper deficits saturate red)
     fit = grid.loc[grid["feasible"], "headroom_gib"]
     lim = max(1.0, float(fit.max()) if len(fit) else float(grid["headroom_gib"].abs().max()))
-    st.plotly_chart(heatmaps(grid, types, p, lim), key="plans_heatmaps", width="stretch")
-    st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit. "
-               "Each cell uses the micro-batch with the fastest step that fits.")
+    st.plotly_chart(heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="stretch")
+    st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit; ★: the "
+               "best plan. Each cell uses the micro-batch with the fastest step that fits.")
 
-st.subheader(f"Ranked plans ({len(result.plans)} feasible)", anchor=False)
 if len(result.plans):
     frame = result.to_frame()
-    table = frame.assign(
-        memory_gib=frame["memory_bytes"] / common.GIB_FLOAT, headroom_gib=frame["headroom_bytes"] / common.GIB_FLOAT,
-        days=frame["time_to_train_s"] / 86400.0,
-    )[["gpu_type", "dp", "tp", "pp", "num_gpus", "micro_batch", "grad_accum", "memory_gib", "headroom_gib",
-       "step_time_s", "tokens_per_s", "days", "gpu_hours", "cost_usd"]]
+    st.subheader("Best plan per GPU type", anchor=False)
+    per_type = plan_table(frame.drop_duplicates("gpu_type", keep="first"))
+    per_type.index = [int(i) + 1 for i in per_type.index]
+    st.dataframe(per_type, width="stretch", key="plans_per_type", column_config={
+        k: st.column_config.NumberColumn(k, format=f) for k, f in FORMATS_NUM.items()})
+    st.caption("The index is each plan's rank in the full table below.")
+
+    st.subheader(f"Ranked plans ({len(result.plans)} pass)", anchor=False)
+    table = plan_table(frame)
     table.index = range(1, len(table) + 1)
-    st.dataframe(table.head(200), width="stretch", height=380, column_config={
-        "memory_gib": st.column_config.NumberColumn("GiB/GPU", format="%.1f"),
-        "headroom_gib": st.column_config.NumberColumn("headroom GiB", format="%.1f"),
-        "step_time_s": st.column_config.NumberColumn("step s", format="%.3f"),
-        "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.0f"),
-        "days": st.column_config.NumberColumn("days", format="%.2f"),
-        "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.0f"),
-        "cost_usd": st.column_config.NumberColumn("cost $", format="%.0f"),
-    }, key="plans_table")
+    st.dataframe(table.head(200), width="stretch", height=380, key="plans_table", column_config={
+        k: st.column_config.NumberColumn(k, format=f) for k, f in FORMATS_NUM.items()})
     st.download_button("Download all plans (CSV)", table.to_csv(index_label="rank"), file_name="plans.csv",
                        mime="text/csv", key="plans_csv")
+
+    st.subheader("Launch", anchor=False)
+    ss.plans_export_rank = min(max(1, int(ss.plans_export_rank)), len(result))
+    c1, c2 = st.columns([1, 4], vertical_alignment="bottom")
+    rank = c1.number_input("plan # (rank)", min_value=1, max_value=len(result), step=1, key="plans_export_rank")
+    fmt = c2.segmented_control("Export as", list(FORMATS), format_func=FORMAT_LABELS.get,
+                               key="plans_export_format") or "megatron"
+    chosen = result.plan(int(rank) - 1)
+    try:
+        text = launch_file(fmt, m.model_dump_json(), t.model_dump_json(), c.model_dump_json(),
+                           json.dumps(chosen.as_dict()), float(tokens))
+    except SpecError as err:
+        common.show_error(err, FORMAT_LABELS[fmt])
+    else:
+        st.caption(f"{FORMAT_LABELS[fmt]} for plan #{rank}: {chosen.label()}, micro-batch {chosen.micro_batch}, "
+                   f"{chosen.grad_accum} accumulation steps. Same as `frenzy plans ... --export {fmt}`.")
+        st.code(text, language=CODE_LANGUAGE[fmt], line_numbers=False, height=320)
+        st.download_button(f"Download {FILE_NAMES[fmt]}", text, file_name=FILE_NAMES[fmt], key="plans_launch_dl",
+                           icon=":material/download:")

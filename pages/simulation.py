@@ -1,7 +1,13 @@
 """Simulation: replay a job trace on the current cluster under one or more policies and seeds; JCT distributions
-with 95% confidence intervals, queue and utilisation over time, GPU-hours per GPU type, OOM failures, per-job CSV."""
+with 95% confidence intervals, queue and utilisation over time, GPU-hours per GPU type, OOM failures, per-job CSV.
+
+A run shows its progress with an ETA and a Cancel button (clicking it stops the script at the next progress
+update); each (trace, cluster, policy, seeds) result is cached, so running the same setup again is instant."""
 
 from __future__ import annotations
+
+import hashlib
+import time
 
 import numpy as np
 import pandas as pd
@@ -23,20 +29,62 @@ POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": 
 SLOW_POLICIES = {"sia": "Sia solves an ILP every 60 s round: tens of seconds for 200 jobs"}
 
 
-def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> dict:
-    """Every policy over `seeds` seeds; the bar advances over all of them. Returns policy -> MultiSeedResult."""
+def trace_key(trace) -> str:
+    """A digest of the trace's jobs: equal traces (bundled or uploaded) share cached results."""
+    return hashlib.sha1(repr(trace.jobs).encode()).hexdigest()
+
+
+CACHE_ENTRIES = 32
+
+
+@st.cache_resource(show_spinner=False)
+def result_store() -> dict:
+    """Finished runs shared by every session of this server: (trace digest, cluster digest, policy, seeds) ->
+    MultiSeedResult. A plain dict, not st.cache_data, because a run draws its progress bar while it computes."""
+    return {}
+
+
+def simulate_cached(key: str, cluster, policy: str, seeds: int, trace, progress) -> tuple[object, bool]:
+    """frenzy_core.simulate.simulate_seeds, or the stored result of the same inputs; (result, came from cache)."""
+    store = result_store()
+    k = (key, hashlib.sha1(cluster.model_dump_json().encode()).hexdigest(), policy, seeds)
+    if k in store:
+        return store[k], True
+    result = simulate_seeds(trace, cluster, policy, seeds=range(seeds), options=SimOptions(), progress=progress)
+    store[k] = result
+    while len(store) > CACHE_ENTRIES:  # oldest first (dicts keep insertion order)
+        store.pop(next(iter(store)))
+    return result, False
+
+
+def eta_text(elapsed_s: float, fraction: float) -> str:
+    """'about 12 s left' from the time so far and the fraction done (nothing until 2% is done)."""
+    if fraction < 0.02:
+        return "estimating time left…"
+    left = elapsed_s * (1.0 - fraction) / fraction
+    return f"about {left:,.0f} s left" if left < 120 else f"about {left / 60:,.1f} min left"
+
+
+def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> tuple[dict, int]:
+    """Every policy over `seeds` seeds; the bar advances over all of them with an ETA. Returns
+    (policy -> MultiSeedResult, how many came from the cache)."""
     results = {}
     last = [-1]
+    key = trace_key(trace)
+    t0 = time.perf_counter()
+    cached = 0
     for i, name in enumerate(policies):
         def progress(f: float, i=i, name=name) -> None:
-            pct = int(100 * (i + f) / len(policies))
+            frac = (i + f) / len(policies)
+            pct = int(100 * frac)
             if pct != last[0]:
                 last[0] = pct
-                bar.progress(min(pct, 100), text=f"Simulating {name} ({i + 1}/{len(policies)}): {pct}%")
-        results[name] = simulate_seeds(trace, cluster, name, seeds=range(seeds), options=SimOptions(),
-                                       progress=progress)
+                bar.progress(min(pct, 100), text=f"Simulating {name} ({i + 1}/{len(policies)}): {pct}% · "
+                                                 f"{eta_text(time.perf_counter() - t0, frac)}")
+        results[name], hit = simulate_cached(key, cluster, name, seeds, trace, progress)
+        cached += hit
     bar.progress(100, text="Done")
-    return results
+    return results, cached
 
 
 def ci_text(lo: float, hi: float) -> str:
@@ -68,17 +116,22 @@ with st.container(border=True):
         if p in SLOW_POLICIES:
             st.caption(f"Note: {SLOW_POLICIES[p]}.")
 
+if ss.get("sim_cancel"):
+    st.warning("Simulation cancelled. The previous results, if any, are still shown; a rerun of a setup that "
+               "already finished comes from the cache.", icon=":material/cancel:")
 if run and trace is not None:
     bar = st.progress(0, text="Starting…")
+    st.button("Cancel", key="sim_cancel", icon=":material/cancel:",
+              help="stops the simulation at its next progress update")
     try:
-        with st.spinner("Simulating…"):
-            results = run_simulation(trace, cluster, policies, int(seeds), bar)
+        results, cached = run_simulation(trace, cluster, policies, int(seeds), bar)
     except SpecError as err:
         common.show_error(err, "simulation")
     else:
         ss.sim_results = results
+        note = f"; {cached} of {len(policies)} from the cache" if cached else ""
         ss.sim_meta = f"{ss.get('sim_trace_label') or trace.source} ({len(trace.jobs)} jobs) on {cluster.name}, " \
-                      f"{int(seeds)} seed(s)"
+                      f"{int(seeds)} seed(s){note}"
     bar.empty()
 
 if trace is not None and not ss.get("sim_results"):

@@ -176,12 +176,15 @@ def test_broken_yaml_shows_error_and_keeps_the_cluster(app, yaml_text, field):
     assert app.session_state.cluster == good
 
 
-def test_pasted_yaml_replaces_the_cluster(app):
+def paste_cluster(app: AppTest, text: str) -> None:
     open_page(app, "pages/cluster_packing.py")
-    app.text_area(key="cl_yaml_text").input("name: pasted\nnodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8, "
-                                            "count: 2}]")
+    app.text_area(key="cl_yaml_text").input(text)
     app.button(key="cl_yaml_apply").click().run()
     no_failure(app)
+
+
+def test_pasted_yaml_replaces_the_cluster(app):
+    paste_cluster(app, "name: pasted\nnodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8, count: 2}]")
     assert app.session_state.cluster.name == "pasted"
     assert app.session_state.cluster.total_gpus == 16
 
@@ -264,3 +267,132 @@ def test_picking_a_learned_position_model_pulls_the_sequence_down_to_its_table(a
     no_failure(at)
     assert at.session_state.model.name == "gpt2" and at.session_state.training.seq_len == 1024
     assert not at.error
+
+
+# --- Scenario, share link, state across pages (issue 11) --------------------------------------------------------
+def _sample_code(name: str) -> str:
+    from frenzy_core.scenario import encode_share, load_scenario
+
+    return encode_share(load_scenario(REPO / "sample_scenarios" / f"{name}.yaml"))
+
+
+def test_share_link_restores_the_scenario_on_a_fresh_session(monkeypatch):
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["s"] = _sample_code("ml-engineer")
+    at.run()
+    no_failure(at)
+    assert at.session_state.model.name == "llama-3.1-8b" and at.session_state.training.global_batch == 256
+    open_page(at, "pages/plans.py")
+    assert at.number_input(key="plans_max_gpus").value == 32 and at.number_input(key="plans_deadline_h").value == 72
+    assert at.session_state.plans_objective == "time"
+    plans = at.dataframe[-1].value  # the ranked table
+    assert (plans["GPUs"] <= 32).all() and (plans["time to train (h)"] <= 72).all()
+
+
+def test_a_damaged_share_link_shows_an_error_and_keeps_the_defaults(monkeypatch):
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["s"] = "eNq-not-a-real-code"
+    at.run()
+    no_failure(at)
+    assert any("share link" in e for e in errors(at)) and at.session_state.model.name == "llama-2-7b"
+
+
+def test_loading_a_sample_scenario_sets_every_page(app):
+    open_page(app, "pages/overview.py")
+    app.selectbox(key="scn_sample").set_value("procurement")
+    app.button(key="scn_load").click().run()
+    no_failure(app)
+    assert app.session_state.cluster.name == "modern-mixed" and app.session_state.plans_objective == "cost"
+    open_page(app, "pages/gpu_mix.py")
+    assert app.number_input(key="wi_budget").value == 150 and app.number_input(key="wi_seeds").value == 5
+    open_page(app, "pages/simulation.py")
+    assert app.multiselect(key="sim_policies").value == ["frenzy-eft", "fcfs"]
+
+
+def test_settings_survive_a_visit_to_another_page(app):
+    open_page(app, "pages/plans.py")
+    app.number_input(key="plans_tokens").set_value(2e11).run()
+    app.number_input(key="plans_max_gpus").set_value(8).run()
+    open_page(app, "pages/gpu_mix.py")
+    app.number_input(key="wi_budget").set_value(250.0).run()
+    open_page(app, "pages/simulation.py")
+    open_page(app, "pages/plans.py")
+    assert app.number_input(key="plans_tokens").value == 2e11 and app.number_input(key="plans_max_gpus").value == 8
+    open_page(app, "pages/gpu_mix.py")
+    assert app.number_input(key="wi_budget").value == 250.0
+
+
+def test_plans_constraints_filter_the_table_and_name_themselves_when_nothing_is_left(app):
+    open_page(app, "pages/plans.py")
+    app.number_input(key="plans_max_gpus").set_value(8).run()
+    no_failure(app)
+    assert (app.dataframe[-1].value["GPUs"] <= 8).all()
+    app.number_input(key="plans_deadline_h").set_value(0.01).run()
+    no_failure(app)
+    assert any("deadline" in e for e in errors(app)), errors(app)
+
+
+def test_plans_heatmap_opens_on_the_winners_p_and_lists_the_best_per_type(app):
+    from frenzy_core.plans import rank_plans
+
+    open_page(app, "pages/plans.py")
+    s = app.session_state
+    best = rank_plans(s.model, s.training, s.cluster, scaling_floor=0.5).plans[0]
+    assert s.plans_p == best.pp
+    per_type = next(d.value for d in app.dataframe if len(d.value) == len({p.gpu_type for p in
+                                                                         rank_plans(s.model, s.training, s.cluster,
+                                                                                    scaling_floor=0.5).plans}))
+    assert per_type["GPU type"].is_unique
+
+
+def test_launch_panel_shows_the_chosen_plans_file(app):
+    open_page(app, "pages/plans.py")
+    text = app.code[0].value
+    assert "--tensor-model-parallel-size" in text
+    app.session_state.plans_export_format = "deepspeed"
+    app.run()
+    no_failure(app)
+    cfg = json.loads(app.code[0].value)
+    assert cfg["train_batch_size"] == app.session_state.training.global_batch
+
+
+def test_model_page_log_scale_and_term_formulas(app):
+    open_page(app, "pages/model_memory.py")
+    app.toggle(key="mem_log_scale").set_value(True).run()
+    no_failure(app)
+    table = next(m.value for m in app.markdown if "what it is" in m.value)
+    assert "| optimizer |" in table and "fp32 master copy" in table
+
+
+def test_a_stale_config_error_goes_once_a_zoo_model_is_picked(app):
+    open_page(app, "pages/model_memory.py")
+    app.text_area(key="hf_text").input("{not json")
+    app.button(key="hf_apply").click().run()
+    assert any("config.json" in e for e in errors(app))
+    app.selectbox(key="zoo_pick").set_value("gpt2").run()
+    no_failure(app)
+    assert not any("config.json" in e for e in errors(app)), errors(app)
+
+
+def test_a_1000_node_cluster_is_shown_as_node_groups(app):
+    paste_cluster(app, "name: big\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 900}, "
+                       "{name: a, gpu_type: A100-80GB, num_gpus: 8, count: 100}]")
+    assert len(app.session_state.cluster.nodes) == 1000
+    app.button(key="pack_submit").click().run()
+    no_failure(app)
+    assert any("placed" in s.value for s in app.success)
+    assert any("groups of identical nodes" in c.value for c in app.caption)
+
+
+def test_a_repeated_simulation_comes_from_the_cache(app):
+    open_page(app, "pages/simulation.py")
+    app.number_input(key="sim_limit").set_value(30)
+    app.number_input(key="sim_seeds").set_value(1)
+    app.button(key="sim_run").click().run()
+    first = app.session_state.sim_results
+    app.button(key="sim_run").click().run()
+    no_failure(app)
+    assert "from the cache" in app.session_state.sim_meta
+    assert app.session_state.sim_results["frenzy"] is first["frenzy"]

@@ -166,3 +166,137 @@ def test_gpu_mix_page_plots_the_frontier(browser_page):
     no_exception(page, "gpu mix after run")
     scroll_to(page, 'h3:has-text("Average JCT against cost")')
     shot(page, "gpu_mix")
+
+
+# --- each user's path with a sample scenario (issue 11): settings survive page changes and a reload ------------------
+def _code(name: str) -> str:
+    from frenzy_core.scenario import encode_share, load_scenario
+
+    return encode_share(load_scenario(REPO / "sample_scenarios" / f"{name}.yaml"))
+
+
+def nav(page, title: str, link: str | None = None) -> None:
+    """Click the page's sidebar link and wait until it has rendered."""
+    page.locator(f'[data-testid="stSidebarNav"] a:has-text("{link or title}")').first.click()
+    page.wait_for_selector(f'h1:has-text("{title}")', timeout=30_000)
+    wait_idle(page)
+    no_exception(page, title)
+
+
+def value_of(page, key: str) -> str:
+    return page.locator(f".st-key-{key} input").first.input_value()
+
+
+def wait_text(page, selector: str, text: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(text in t for t in page.locator(selector).all_inner_texts()):
+            return
+        page.wait_for_timeout(200)
+    raise AssertionError(f"{text!r} never appeared in {selector}: {page.locator(selector).all_inner_texts()[:3]}")
+
+
+def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/?s={_code('ml-engineer')}", "Frenzy Planner")
+    wait_text(page, '[data-testid="stSidebar"]', "Llama-3.1-8B, 20B tokens in 3 days")
+    nav(page, "Plans")
+    assert value_of(page, "plans_max_gpus") == "32" and float(value_of(page, "plans_deadline_h")) == 72
+    wait_text(page, '[data-testid="stAlert"]', "wins on the shortest time")
+    code = page.locator('[data-testid="stCode"]').first.inner_text()
+    assert "--tensor-model-parallel-size" in code and "--global-batch-size 256" in code
+    scroll_to(page, 'h3:has-text("Memory headroom")')
+    shot(page, "plans_heatmap")
+    page.locator('.st-key-plans_export_format button:has-text("SLURM")').click()
+    wait_idle(page)
+    wait_text(page, '[data-testid="stCode"]', "#SBATCH --gpus-per-node")
+    scroll_to(page, 'h3:has-text("Launch")')
+    shot(page, "plans_launch")
+    page.locator('.st-key-plans_objective button:has-text("cost")').click()
+    wait_idle(page)
+    wait_text(page, '[data-testid="stAlert"]', "lowest cost")
+    nav(page, "Simulation")
+    nav(page, "Plans")
+    wait_text(page, '[data-testid="stAlert"]', "lowest cost")  # the objective survived the page change
+    assert value_of(page, "plans_max_gpus") == "32"
+    page.wait_for_function("() => location.search.includes('s=')", timeout=10_000)
+    page.reload()
+    page.wait_for_selector('h1:has-text("Plans")', timeout=30_000)
+    wait_idle(page)
+    no_exception(page, "plans after reload")
+    wait_text(page, '[data-testid="stAlert"]', "lowest cost")  # ... and the reload, through the share link
+    assert value_of(page, "plans_max_gpus") == "32"
+    # the export format is a view choice, not part of the scenario: the Launch panel shows the plan again
+    wait_text(page, '[data-testid="stCode"]', "--global-batch-size 256")
+
+
+def test_procurement_path_sample_scenario_budget_across_pages(browser_page):
+    page, url = browser_page
+    open_page(page, url, "Frenzy Planner")
+    box = page.locator(".st-key-scn_sample input")  # the selectbox is a combobox: type, then Enter picks the match
+    box.click()
+    box.fill("procurement")
+    page.get_by_role("option").first.wait_for(timeout=10_000)
+    box.press("Enter")
+    wait_idle(page)
+    page.locator(".st-key-scn_load button").click()
+    wait_idle(page)
+    wait_text(page, '[data-testid="stAlert"]', "Loaded")
+    shot(page, "overview_scenario")
+    nav(page, "Plans")
+    wait_text(page, '[data-testid="stAlert"]', "lowest cost")
+    assert float(value_of(page, "plans_budget")) == 5000
+    assert page.locator('h3:has-text("Best plan per GPU type")').count() == 1
+    nav(page, "GPU mix what-if")
+    assert float(value_of(page, "wi_budget")) == 150 and value_of(page, "wi_seeds") == "5"
+    nav(page, "Cluster & packing")
+    nav(page, "GPU mix what-if")
+    assert float(value_of(page, "wi_budget")) == 150  # the budget survived the page change
+    page.reload()
+    page.wait_for_selector('h1:has-text("GPU mix what-if")', timeout=30_000)
+    wait_idle(page)
+    assert float(value_of(page, "wi_budget")) == 150  # ... and the reload
+
+
+def test_teacher_path_memory_terms_and_a_cached_simulation(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/?s={_code('teacher')}", "Frenzy Planner")
+    nav(page, "Model & memory")
+    page.locator('.st-key-mem_log_scale label').first.click()
+    wait_idle(page)
+    no_exception(page, "model page log scale")
+    assert page.locator('[data-testid="stMetric"]:has-text("Parameters")').inner_text().count("124") == 1
+    shot(page, "model_memory")
+    nav(page, "Simulation")
+    assert value_of(page, "sim_limit") == "60" and value_of(page, "sim_seeds") == "2"
+    for attempt in range(2):
+        page.locator(".st-key-sim_run button").click()
+        page.wait_for_selector('h3:has-text("Results")', timeout=90_000)
+        wait_idle(page, 90_000)
+        no_exception(page, f"simulation run {attempt + 1}")
+    wait_text(page, '[data-testid="stCaptionContainer"]', "from the cache")
+    scroll_to(page, 'h3:has-text("Results")')
+    shot(page, "simulation")
+    page.reload()
+    page.wait_for_selector('h1:has-text("Simulation")', timeout=30_000)
+    wait_idle(page)
+    assert value_of(page, "sim_limit") == "60"
+
+
+def test_a_1000_node_cluster_draws_node_groups(browser_page):
+    page, url = browser_page
+    open_page(page, f"{url}/cluster_packing", "Cluster & packing")
+    page.locator('[data-testid="stExpander"] summary:has-text("Paste cluster YAML")').click()
+    page.locator(".st-key-cl_yaml_text textarea").fill(
+        "name: big-lab\nnodes:\n  - {name: h100, gpu_type: H100-80GB, num_gpus: 8, count: 600}\n"
+        "  - {name: a100, gpu_type: A100-80GB, num_gpus: 8, count: 400}\n")
+    page.locator(".st-key-cl_yaml_apply button").click()
+    wait_idle(page)
+    for _ in range(3):
+        page.locator(".st-key-pack_submit button").click()
+        page.wait_for_timeout(100)
+        wait_idle(page)
+    wait_text(page, '[data-testid="stCaptionContainer"]', "groups of identical nodes")
+    no_exception(page, "1000-node cluster")
+    scroll_to(page, 'h3:has-text("Packing with HAS")')
+    shot(page, "cluster_groups")

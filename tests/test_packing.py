@@ -81,9 +81,10 @@ def test_place_never_writes_the_free_array():
 def test_has_place_takes_the_first_plan_that_fits_and_none_when_nothing_does():
     ix = _index(TWO_A100)
     plans = [_plan("A100-80GB", 32), _plan("H100-80GB", 1), _plan("A100-80GB", 8, tp=4), _plan("A100-80GB", 1)]
-    plan, pl = has_place(plans, ix, np.array([4, 4, 4]))
+    # every synthetic plan takes the same time, so the scaling floor would keep only the 1-GPU ones: turn it off
+    plan, pl = has_place(plans, ix, np.array([4, 4, 4]), scaling_floor=0)
     assert plan is plans[2] and pl.nodes == ((0, 4), (1, 4))
-    assert has_place(plans, ix, np.array([0, 0, 0])) is None
+    assert has_place(plans, ix, np.array([0, 0, 0]), scaling_floor=0) is None
     assert has_place([], ix, np.array([8, 8, 8])) is None
 
 
@@ -144,3 +145,27 @@ def test_free_gpus_places_exactly_like_place_and_tracks_what_it_takes(seed):
                 for k, b in enumerate(fg.buckets[u]):
                     assert b == [int(x) for x in nodes if fg.free[x] == k]
         assert (free == orig).all()  # the input array is never written
+
+
+def test_has_place_skips_a_plan_whose_extra_gpus_buy_three_percent():
+    # the issue: one 7B job takes all 16 H100 for a few per cent; with the floor the 8-GPU plan is placed
+    ix = _index("  - {name: h, gpu_type: H100-80GB, num_gpus: 8, count: 2}\n")
+    wide = _plan("H100-80GB", 16)
+    wide = Plan(**{**wide.as_dict(), "time_to_train_s": 0.97})
+    narrow = _plan("H100-80GB", 8)
+    assert has_place([wide, narrow], ix, np.array([8, 8]), scaling_floor=0)[0] is wide
+    assert has_place([wide, narrow], ix, np.array([8, 8]))[0] is narrow
+
+
+def test_two_llama_7b_jobs_share_16_h100_with_the_floor():
+    from frenzy_core.allocation import empty_allocation, submit
+    from frenzy_core.models import ZOO
+    from frenzy_core.plans import rank_plans
+    from frenzy_core.training import TrainingSpec
+
+    c = parse_cluster_yaml("name: h\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 2}]")
+    plans = rank_plans(ZOO["llama-2-7b"], TrainingSpec(seq_len=2048, global_batch=64, micro_batch=1), c).plans
+    assert plans[0].num_gpus == 16  # ranked by time alone, the first job would take every H100
+    alloc, first = submit(c, empty_allocation(c), "a", "llama-2-7b", plans)
+    alloc, second = submit(c, alloc, "b", "llama-2-7b", plans)
+    assert first.plan.num_gpus <= 8 and second is not None

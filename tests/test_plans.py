@@ -192,3 +192,99 @@ def test_sequence_longer_than_learned_positions_is_refused():
     with pytest.raises(SpecError) as err:
         rank_plans(ZOO["gpt2"], TrainingSpec(seq_len=2048, global_batch=8), SMALL)
     assert err.value.field == "seq_len" and "1024" in str(err.value)
+
+
+# --- constraints and the scaling floor (issue 11, item 3) ----------------------------------------------------------
+HUGE = parse_cluster_yaml("name: huge\nnodes: [{name: n, gpu_type: H100-80GB, num_gpus: 8, count: 10000}]")
+LLAMA = ZOO["llama-2-7b"]
+BATCH64 = TrainingSpec(seq_len=2048, global_batch=64, micro_batch=1)
+
+
+def _efficiency_violations(plans, floor):
+    """Loops, no numpy: (plan, smaller count) pairs whose marginal efficiency (T_m / T - 1) / (n / m - 1) < floor."""
+    best: dict[tuple[str, int], float] = {}
+    for p in plans:
+        key = (p.gpu_type, p.num_gpus)
+        best[key] = min(best.get(key, float("inf")), p.time_to_train_s)
+    bad = []
+    for p in plans:
+        for (g, m), t_m in best.items():
+            if g == p.gpu_type and m < p.num_gpus:
+                if (t_m / p.time_to_train_s - 1) / (p.num_gpus / m - 1) < floor - 1e-9:
+                    bad.append((p.label(), m))
+    return bad
+
+
+def test_absurd_case_10000_nodes_without_floor_takes_16384_gpus():
+    # the issue's report, reproduced: d=64 t=8 p=32 on 16,384 GPUs wins on time without a floor
+    best = rank_plans(LLAMA, BATCH64, HUGE).plans[0]
+    assert (best.dp, best.tp, best.pp, best.num_gpus) == (64, 8, 32, 16384)
+
+
+def test_scaling_floor_on_10000_nodes_keeps_only_plans_whose_added_gpus_pay():
+    everything = rank_plans(LLAMA, BATCH64, HUGE).plans
+    kept = rank_plans(LLAMA, BATCH64, HUGE, scaling_floor=0.5)
+    assert kept.plans[0].num_gpus <= 64
+    assert not _efficiency_violations(kept.plans, 0.5)
+    # every dropped plan violates the floor against the full set (brute force over all feasible plans)
+    kept_keys = {p.label() for p in kept.plans}
+    dropped = [p for p in everything if p.label() not in kept_keys]
+    assert len(dropped) == kept.dropped["scaling_floor"] > 0
+    bad = {label for label, _ in _efficiency_violations(everything, 0.5)}
+    assert {p.label() for p in dropped} == bad
+
+
+def test_scaling_floor_is_idempotent():
+    from frenzy_core.plans import within_scaling_floor
+
+    kept = rank_plans(LLAMA, BATCH64, HUGE, scaling_floor=0.5).plans
+    assert within_scaling_floor(kept, 0.5) == kept
+
+
+def test_max_gpus_deadline_and_budget_drop_plans_over_the_limits():
+    base = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9).plans
+    times = sorted(p.time_to_train_s for p in base)
+    deadline = times[len(times) // 2]
+    costs = sorted(p.cost_usd for p in base)
+    budget = costs[len(costs) // 2]
+    got = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9, max_gpus=4, deadline_s=deadline, budget_usd=budget)
+    want = {p.label() for p in base if p.num_gpus <= 4 and p.time_to_train_s <= deadline and p.cost_usd <= budget}
+    assert {p.label() for p in got.plans} == want and want
+    assert sum(got.dropped.values()) == len(base) - len(want)
+
+
+def test_cost_objective_with_a_deadline_never_picks_a_run_past_it():
+    # the issue: objective cost with 2e11 tokens picks a 66-day 4-GPU run; a 20-day deadline must rule that out
+    c = parse_cluster_yaml("name: m\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 8}]")
+    tr = TrainingSpec(seq_len=2048, global_batch=512, micro_batch=1)
+    free = rank_plans(LLAMA, tr, c, objective="cost", tokens=2e11).plans[0]
+    bound = rank_plans(LLAMA, tr, c, objective="cost", tokens=2e11, deadline_s=20 * 86400).plans[0]
+    assert free.time_to_train_s > 20 * 86400 >= bound.time_to_train_s
+
+
+def test_no_plan_within_constraints_is_explained_by_the_constraint():
+    r = rank_plans(MODEL, TRAIN, SMALL, tokens=1e12, deadline_s=60.0)
+    assert not r.plans and "deadline" in r.explanation and r.dropped["deadline_s"] > 0
+
+
+@pytest.mark.parametrize(("kw", "field"), [({"max_gpus": 0}, "max_gpus"), ({"deadline_s": -1.0}, "deadline_s"),
+                                           ({"budget_usd": float("nan")}, "budget_usd"),
+                                           ({"scaling_floor": 1.5}, "scaling_floor")])
+def test_bad_constraints_name_the_field(kw, field):
+    with pytest.raises(SpecError) as err:
+        rank_plans(MODEL, TRAIN, SMALL, **kw)
+    assert err.value.field == field
+
+
+def test_best_per_type_is_the_first_ranked_plan_of_each_type():
+    r = rank_plans(MODEL, TRAIN, SMALL)
+    best = r.best_per_type()
+    assert [p.gpu_type for p in best] == list(dict.fromkeys(p.gpu_type for p in r.plans))
+    for p in best:
+        assert p == next(q for q in r.plans if q.gpu_type == p.gpu_type)
+
+
+def test_ranking_text_names_the_objective_keys_and_the_constraints():
+    r = rank_plans(LLAMA, BATCH64, HUGE, scaling_floor=0.5, objective="cost")
+    text = r.ranking_text
+    assert "cost, then time to train" in text and "scaling floor" in text and str(r.dropped["scaling_floor"]) in text

@@ -1,0 +1,160 @@
+"""Scenarios: YAML and share-code round trips, errors that name the field, size limits, the bundled samples, and
+`frenzy scenario run` agreeing with a direct rank_plans call."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from frenzy_core.cli import main
+from frenzy_core.cluster import load_cluster, parse_cluster_yaml
+from frenzy_core.errors import SpecError
+from frenzy_core.models import ZOO
+from frenzy_core.plans import rank_plans
+from frenzy_core.scenario import (
+    MAX_SCENARIO_BYTES,
+    MAX_SHARE_CHARS,
+    Scenario,
+    decode_share,
+    encode_share,
+    load_scenario,
+    parse_scenario_yaml,
+    scenario_to_yaml,
+)
+from frenzy_core.training import TrainingSpec
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = sorted((REPO / "sample_scenarios").glob("*.yaml"))
+TINY = """
+name: tiny
+model: gpt2
+training: {seq_len: 1024, global_batch: 32, micro_batch: 4, precision: amp}
+split: {dp: 2}
+cluster:
+  name: t
+  nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8, count: 2}]
+plans: {objective: cost, tokens: 1.0e+9, max_gpus: 8}
+"""
+
+
+def test_three_samples_one_per_user():
+    users = {load_scenario(p).user for p in SAMPLES}
+    assert users == {"ml-engineer", "procurement", "teacher"} and len(SAMPLES) == 3
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_sample_round_trips_through_yaml_and_the_share_code(path):
+    s = load_scenario(path)
+    assert parse_scenario_yaml(scenario_to_yaml(s)) == s
+    code = encode_share(s)
+    assert len(code) <= MAX_SHARE_CHARS and decode_share(code) == s
+
+
+def test_share_code_is_base64url_of_zlib_json():
+    s = parse_scenario_yaml(TINY)
+    data = json.loads(zlib.decompress(base64.urlsafe_b64decode(encode_share(s) + "==")))
+    assert data["model"] == "gpt2" and data["plans"]["max_gpus"] == 8
+    assert data["cluster"]["nodes"] == [{"name": "a", "gpu_type": "A100-80GB", "num_gpus": 8, "count": 2}]
+
+
+def test_a_10000_node_cluster_stays_a_short_link():
+    text = TINY.replace("count: 2", "count: 10000")
+    s = parse_scenario_yaml(text)
+    assert len(s.cluster.nodes) == 10000
+    assert len(encode_share(s)) < 1000 and decode_share(encode_share(s)).cluster == s.cluster
+
+
+def test_an_edited_model_travels_in_full():
+    s = parse_scenario_yaml(TINY)
+    edited = s.model_copy(update={"model": ZOO["gpt2"].model_copy(update={"num_layers": 6, "name": "gpt2 (edited)"})})
+    assert decode_share(encode_share(edited)).model_spec.num_layers == 6
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    (("global_batch: 32", "global_batch: -4"), "training.global_batch"),
+    (("objective: cost", "objective: fastest"), "plans.objective"),
+    (("max_gpus: 8", "max_gpus: 0"), "plans.max_gpus"),
+    (("model: gpt2", "model: gpt5"), "model"),
+    (("split: {dp: 2}", "split: {dp: 3}"), "split"),
+    (("gpu_type: A100-80GB", "gpu_type: A100-81GB"), "cluster"),
+    (("name: tiny", "name: tiny\nsimulation: {policies: [lottery]}"), "simulation.policies"),
+    (("name: tiny", "name: tiny\nbogus: 1"), "bogus"),
+])
+def test_bad_field_is_named(change, field):
+    with pytest.raises(SpecError) as err:
+        parse_scenario_yaml(TINY.replace(*change), source="s.yaml")
+    assert err.value.field.startswith(field), str(err.value)
+    assert "s.yaml" in str(err.value)
+
+
+def test_oversized_yaml_is_refused_with_the_limit():
+    with pytest.raises(SpecError) as err:
+        parse_scenario_yaml(TINY + "#" * (MAX_SCENARIO_BYTES + 1))
+    assert f"{MAX_SCENARIO_BYTES:,}" in str(err.value)
+
+
+def test_broken_yaml_says_where():
+    with pytest.raises(SpecError) as err:
+        parse_scenario_yaml("name: [unclosed\n")
+    assert err.value.field == "(yaml)" and "line" in str(err.value)
+
+
+@pytest.mark.parametrize("code", ["not base64 !", "AAAA", "x" * (MAX_SHARE_CHARS + 1),
+                                  base64.urlsafe_b64encode(zlib.compress(b"[1, 2]")).decode()])
+def test_damaged_share_codes_are_refused_naming_the_link(code):
+    with pytest.raises(SpecError) as err:
+        decode_share(code)
+    assert err.value.field in ("share link", "(top level)")
+
+
+def test_zip_bomb_share_code_is_refused():
+    bomb = base64.urlsafe_b64encode(zlib.compress(b" " * (4 * MAX_SCENARIO_BYTES), 9)).decode().rstrip("=")
+    assert len(bomb) < MAX_SHARE_CHARS
+    with pytest.raises(SpecError) as err:
+        decode_share(bomb)
+    assert "expands" in str(err.value)
+
+
+def test_cluster_given_as_a_path_next_to_the_file(tmp_path):
+    (tmp_path / "c.yaml").write_text("name: c\nnodes: [{name: t, gpu_type: T4, num_gpus: 4}]\n")
+    f = tmp_path / "s.yaml"
+    f.write_text("model: gpt2\ntraining: {seq_len: 1024, global_batch: 8}\ncluster: c.yaml\n")
+    assert load_scenario(f).cluster.name == "c"
+
+
+def test_scenario_run_json_matches_rank_plans(capsys):
+    path = REPO / "sample_scenarios" / "ml-engineer.yaml"
+    assert main(["scenario", "run", str(path), "--json", "--top", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = load_scenario(path)
+    direct = rank_plans(ZOO["llama-3.1-8b"], s.training, load_cluster(REPO / "sample_clusters/modern-mixed.yaml"),
+                        objective="time", tokens=2e10, max_gpus=32, deadline_s=72 * 3600.0, scaling_floor=0.5)
+    assert [r["label"] for r in out["plans"]["top"]] == [p.label() for p in direct.top(3)]
+    assert out["plans"]["count"] == len(direct)
+    assert all(r["time_to_train_s"] <= 72 * 3600 and r["num_gpus"] <= 32 for r in out["plans"]["top"])
+    assert sum(out["memory"]["breakdown"].values()) == out["memory"]["total_bytes"]
+
+
+def test_scenario_run_bad_file_exits_2_with_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TINY.replace("global_batch: 32", "global_batch: many"))
+    assert main(["scenario", "run", str(bad), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "training.global_batch" in err
+
+
+def test_scenario_run_simulate_gives_a_summary_per_policy(capsys, tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(TINY + "simulation: {limit_jobs: 12, policies: [frenzy, fcfs], seeds: 1}\n")
+    assert main(["scenario", "run", str(f), "--json", "--simulate"]) == 0
+    sim = json.loads(capsys.readouterr().out)["simulation"]
+    assert set(sim) == {"frenzy", "fcfs"} and all(v["jobs"] == 12 for v in sim.values())
+
+
+def test_default_scenario_holds_a_valid_default_training():
+    s = Scenario(cluster=parse_cluster_yaml("nodes: [{name: a, gpu_type: T4, num_gpus: 4}]"))
+    assert s.training == TrainingSpec()
