@@ -63,3 +63,43 @@ def test_mean_ci_of_two_seeds_is_the_t_interval_with_one_degree_of_freedom():
 def test_average_utilisation_of_an_empty_window_is_zero():
     assert average_utilisation(np.array([0.0]), np.array([4]), 8, 0.0) == 0.0
     assert average_utilisation(np.array([0.0]), np.array([4]), 8, 10.0) == 0.5
+
+
+# --- mutation gaps (issue 13): each test pins one behaviour that a one-line change of metrics.py would break -------
+def test_p95_is_the_linear_interpolation_at_rank_0_95():
+    # 4 values: rank (n - 1) x 0.95 = 2.85, so 30 + 0.85 x (40 - 30) = 38.5
+    assert jct_stats(np.array([10.0, 20.0, 30.0, 40.0]))["p95_jct_s"] == pytest.approx(38.5)
+
+
+def test_jct_stats_of_one_finished_job_are_its_time():
+    assert jct_stats(np.array([7.0, np.nan])) == {"avg_jct_s": 7.0, "median_jct_s": 7.0, "p95_jct_s": 7.0,
+                                                 "p99_jct_s": 7.0}
+
+
+def test_mean_ci_leaves_out_nan_and_none_seeds():
+    # only 1.0 and 3.0 count: the two-seed interval, t(0.975, df=1) x sqrt(2) / sqrt(2)
+    m, lo, hi = mean_ci([1.0, None, float("nan"), 3.0])
+    assert (m, lo, hi) == pytest.approx((2.0, 2.0 - 12.706204736174707, 2.0 + 12.706204736174707))
+
+
+def test_mean_ci_of_two_identical_seeds_is_zero_width():
+    assert mean_ci([2.0, 2.0]) == (2.0, 2.0, 2.0)
+
+
+def test_busy_gpu_seconds_of_no_steps_is_zero():
+    assert busy_gpu_seconds(np.array([]), np.array([]), 10.0) == 0.0
+
+
+def test_average_utilisation_of_a_cluster_without_gpus_is_zero():
+    assert average_utilisation(np.array([0.0]), np.array([0]), 0, 10.0) == 0.0
+
+
+def test_average_utilisation_of_a_single_gpu_over_a_short_window():
+    # 1 GPU busy from 0 to 0.25 s, idle to 0.5 s: 0.25 busy GPU-seconds / (1 GPU x 0.5 s) = 0.5
+    assert average_utilisation(np.array([0.0, 0.25]), np.array([1, 0]), 1, 0.5) == pytest.approx(0.5)
+
+
+def test_utilisation_window_starts_at_time_zero_not_at_the_first_event():
+    # 4 of 8 GPUs busy from t = 5 s to 10 s, nothing before: 20 busy GPU-seconds over 8 GPUs x 10 s = 0.25
+    assert busy_gpu_seconds(np.array([5.0]), np.array([4]), 10.0) == 20.0
+    assert average_utilisation(np.array([5.0]), np.array([4]), 8, 10.0) == pytest.approx(0.25)

@@ -169,3 +169,61 @@ def test_two_llama_7b_jobs_share_16_h100_with_the_floor():
     alloc, first = submit(c, empty_allocation(c), "a", "llama-2-7b", plans)
     alloc, second = submit(c, alloc, "b", "llama-2-7b", plans)
     assert first.plan.num_gpus <= 8 and second is not None
+
+
+# --- mutation gaps (issue 13): each test pins one behaviour that a one-line change of packing.py would break -------
+def test_place_refuses_zero_gpus_and_counts_that_are_not_whole_tp_groups():
+    ix = _index(TWO_A100)
+    free = np.array([8, 8, 8])
+    assert place(ix, free, 0) is None
+    assert place(ix, free, 3, tp=2) is None  # 3 GPUs cannot be split into groups of 2
+
+
+def test_single_node_on_a_larger_gpu_beats_a_split_over_two_tighter_nodes():
+    # the A100-40GB type is the tightest memory fit, but 4 GPUs need both of its nodes (2 + 2 free); one A100-80GB
+    # node holds all 4, and a single node comes first in the preference order
+    ix = _index("  - {name: s, gpu_type: A100-40GB, num_gpus: 4, count: 2}\n"
+                "  - {name: b, gpu_type: A100-80GB, num_gpus: 8}\n")
+    assert place(ix, np.array([2, 2, 8]), 4, memory_bytes=30 * GIB) == Placement("A100-80GB", ((2, 4),))
+
+
+def test_best_fit_decides_between_two_types_of_equal_memory():
+    # A100-80GB and H100-80GB have the same 80 GiB: the node left with fewer free GPUs wins (H100 node: 3 - 2 = 1)
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8}\n  - {name: h, gpu_type: H100-80GB, num_gpus: 8}\n")
+    assert place(ix, np.array([8, 3]), 2) == Placement("H100-80GB", ((1, 2),))
+
+
+def test_a_full_tie_between_types_goes_to_the_lowest_node_index():
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8}\n  - {name: h, gpu_type: H100-80GB, num_gpus: 8}\n")
+    assert place(ix, np.array([4, 4]), 2) == Placement("A100-80GB", ((0, 2),))
+
+
+def test_check_placement_rejects_a_partial_tp_group_and_an_empty_node_entry():
+    ix = _index(TWO_A100)
+    free = np.array([8, 8, 8])
+    assert "multiple of tp" in check_placement(ix, free, _plan("A100-80GB", 4, tp=2),
+                                               Placement("A100-80GB", ((0, 3), (1, 1))))
+    assert "multiple of tp" in check_placement(ix, free, _plan("A100-80GB", 2),
+                                               Placement("A100-80GB", ((0, 2), (1, 0))))
+
+
+def test_free_gpus_places_a_request_equal_to_the_type_total():
+    # 2 + 3 = 5 free A100s in all: a 5-GPU request needs both nodes and must be placed, not skipped by the early exit
+    ix = _index("  - {name: a, gpu_type: A100-80GB, num_gpus: 8, count: 2}\n")
+    fg = FreeGPUs(ix, np.array([2, 3]))
+    assert fg.place_on(0, 5) == Placement("A100-80GB", ((0, 2), (1, 3)))
+    assert fg.first_plan(compile_plans(ix, [_plan("A100-80GB", 5)]))[1] == Placement("A100-80GB", ((0, 2), (1, 3)))
+
+
+def test_free_gpus_refuses_zero_gpus_and_counts_that_are_not_whole_tp_groups():
+    ix = _index(TWO_A100)
+    fg = FreeGPUs(ix, np.array([8, 8, 8]))
+    assert fg.place_on(0, 0) is None
+    assert fg.place_on(0, 3, tp=2) is None
+
+
+def test_has_place_places_a_plan_equal_to_the_free_total_of_its_type():
+    ix = _index(TWO_A100)
+    free = np.array([4, 0, 0])
+    plan, pl = has_place([_plan("A100-80GB", 4)], ix, free, free_by_type=[4], scaling_floor=0)
+    assert pl == Placement("A100-80GB", ((0, 4),))

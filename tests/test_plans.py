@@ -2,13 +2,14 @@
 
 import itertools
 
+import numpy as np
 import pytest
 
 from frenzy_core.cluster import parse_cluster_yaml
 from frenzy_core.errors import SpecError
 from frenzy_core.memory import predict_memory
 from frenzy_core.models import ZOO, ModelSpec
-from frenzy_core.plans import OBJECTIVES, rank_plans
+from frenzy_core.plans import OBJECTIVES, Plan, PlanSet, rank_plans
 from frenzy_core.training import Parallelism, TrainingSpec
 
 SMALL = parse_cluster_yaml(
@@ -288,3 +289,257 @@ def test_ranking_text_names_the_objective_keys_and_the_constraints():
     r = rank_plans(LLAMA, BATCH64, HUGE, scaling_floor=0.5, objective="cost")
     text = r.ranking_text
     assert "cost, then time to train" in text and "scaling floor" in text and str(r.dropped["scaling_floor"]) in text
+
+
+# --- mutation gaps (issue 13): each test pins one behaviour that a one-line change of plans.py would break ---------
+QUAD_T4 = parse_cluster_yaml("name: quad\nnodes: [{name: t, gpu_type: T4, num_gpus: 4}]")
+ONE_T4 = parse_cluster_yaml("name: one\nnodes: [{name: t, gpu_type: T4, num_gpus: 1}]")
+GPT2_B8 = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1)
+# two GPU types identical but for name and price: every plan on one has a twin on the other with the same time and
+# GPU count; only cost (GZ is cheaper) and then the GPU type name (GA sorts first) can order a twin pair
+TWINS = parse_cluster_yaml("""
+name: twins
+gpu_types:
+  - {name: GZ, memory_gib: 24, bf16_tflops: 100, fp32_tflops: 50, memory_bandwidth_gbyte_s: 1000, price_per_hour_usd: 1.0}
+  - {name: GA, memory_gib: 24, bf16_tflops: 100, fp32_tflops: 50, memory_bandwidth_gbyte_s: 1000, price_per_hour_usd: 2.0}
+nodes:
+  - {name: z, gpu_type: GZ, num_gpus: 2}
+  - {name: a, gpu_type: GA, num_gpus: 2}
+""")
+
+
+@pytest.mark.parametrize(("objective", "first_of_twins"), [("time", "GZ"), ("gpus", "GZ"), ("gpu-hours", "GA")])
+def test_twin_plans_are_ordered_by_the_secondary_key_then_the_type_name(objective, first_of_twins):
+    # time: (time, GPUs, cost) -> the cheaper GZ twin first; gpus: (GPUs, time, cost) -> GZ; gpu-hours:
+    # (GPU-hours, time, GPUs) ties on every key -> the deterministic tie-break, GPU type name: GA first
+    plans = rank_plans(ZOO["gpt2"], GPT2_B8, TWINS, objective=objective).plans
+    assert len(plans) % 2 == 0 and plans
+    for a, b in zip(plans[::2], plans[1::2], strict=True):
+        assert (a.dp, a.tp, a.pp, a.micro_batch) == (b.dp, b.tp, b.pp, b.micro_batch)
+        assert a.gpu_type == first_of_twins != b.gpu_type
+
+
+def test_cost_objective_puts_every_cheaper_twin_first():
+    # GZ costs half as much per GPU-hour as GA: each GA plan costs exactly twice its GZ twin and ranks after it
+    plans = rank_plans(ZOO["gpt2"], GPT2_B8, TWINS, objective="cost").plans
+    twin = {(p.gpu_type, p.dp, p.tp, p.pp): p for p in plans}
+    for (g, d, t, p), plan in twin.items():
+        if g == "GZ":
+            other = twin[("GA", d, t, p)]
+            assert other.cost_usd == pytest.approx(2 * plan.cost_usd)
+            assert plans.index(plan) < plans.index(other)
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.5])
+def test_safety_margin_sets_the_usable_memory_against_brute_force(margin):
+    # 4 T4s on one node: d, t and p can each reach the whole node (4), so the bounds d, t, p <= GPUs are exercised
+    training = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=1, precision="amp", attention="flash")
+    got = {(p.gpu_type, p.dp, p.tp, p.pp) for p in rank_plans(MODEL, training, QUAD_T4, safety_margin=margin).plans}
+    assert got == _brute_force(MODEL, training, QUAD_T4, margin=margin)
+
+
+def test_brute_force_agrees_when_d_t_and_p_each_reach_the_cluster_size():
+    # gpt2: 12 layers, 12 heads, batch 16, 4 GPUs: (4, 1, 1), (1, 4, 1) and (1, 1, 4) are all valid splits
+    training = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=1)
+    got = {(p.gpu_type, p.dp, p.tp, p.pp) for p in rank_plans(ZOO["gpt2"], training, QUAD_T4).plans}
+    assert {("T4", 4, 1, 1), ("T4", 1, 4, 1), ("T4", 1, 1, 4)} <= got
+    assert got == _brute_force(ZOO["gpt2"], training, QUAD_T4)
+
+
+def test_headroom_is_the_capacity_after_the_margin_less_the_memory():
+    result = rank_plans(MODEL, TRAIN, SMALL)
+    for p in result.plans:
+        usable = SMALL.gpu(p.gpu_type).memory_bytes * 0.9  # catalog capacity, default 10% margin
+        assert abs(p.headroom_bytes - (usable - p.memory_bytes)) <= 2  # memory is ceiled, headroom floored
+    grid = result.grid
+    for gpu_type, rows in grid.groupby("gpu_type"):
+        usable = SMALL.gpu(gpu_type).memory_bytes * 0.9
+        assert rows["usable_bytes"].tolist() == pytest.approx([usable] * len(rows))
+        assert (rows["headroom_bytes"] - (usable - rows["memory_bytes"])).abs().max() < 1.0
+
+
+def test_safety_margin_must_be_below_one():
+    with pytest.raises(SpecError) as err:
+        rank_plans(MODEL, TRAIN, SMALL, safety_margin=1.0)
+    assert err.value.field == "safety_margin"
+
+
+def test_micro_batch_of_zero_is_refused_and_one_is_accepted():
+    with pytest.raises(SpecError) as err:
+        rank_plans(MODEL, TRAIN, SMALL, micro_batch=0)
+    assert err.value.field == "micro_batch"
+    plans = rank_plans(MODEL, TRAIN, SMALL, micro_batch=1).plans
+    assert plans and all(p.micro_batch == 1 for p in plans)
+
+
+def test_a_token_budget_of_one_token_is_valid():
+    p = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, tokens=1.0).plans[0]
+    assert p.time_to_train_s == pytest.approx(1.0 / p.tokens_per_s)
+
+
+@pytest.mark.parametrize("field", ["deadline_s", "budget_usd"])
+def test_deadline_and_budget_refuse_zero_but_accept_a_small_positive_value(field):
+    with pytest.raises(SpecError) as err:
+        rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, **{field: 0.0})
+    assert err.value.field == field
+    r = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, tokens=1e12, **{field: 0.5})
+    assert not r.plans and r.dropped[field] == 1
+
+
+def test_a_limit_of_one_gpu_keeps_the_one_gpu_plans_and_says_so():
+    r = rank_plans(MODEL, TRAIN, SMALL, max_gpus=1)
+    assert r.plans and all(p.num_gpus == 1 for p in r.plans)
+    assert "the GPU limit (1 GPUs)" in r.ranking_text
+
+
+def test_no_constraint_drops_a_plan_when_none_is_set():
+    assert rank_plans(MODEL, TRAIN, SMALL).dropped == {"scaling_floor": 0, "max_gpus": 0, "deadline_s": 0,
+                                                       "budget_usd": 0}
+
+
+def test_one_plan_dropped_by_a_constraint_is_counted_in_the_singular():
+    # one T4, micro-batch fixed: d = t = p = 1 is the only plan, and a 60 s deadline drops it
+    r = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, micro_batch=1, tokens=1e12, deadline_s=60.0)
+    assert r.explanation.startswith("No plan meets the constraints: 1 plan fit in memory, dropped 1 by the deadline")
+
+
+def test_why_top_of_the_only_plan_says_it_is_the_only_one():
+    r = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, micro_batch=1)
+    assert len(r.plans) == 1 and "is the only feasible plan" in r.why_top
+
+
+def test_why_top_compares_the_winner_with_the_second_plan():
+    r = rank_plans(MODEL, TRAIN, SMALL, objective="time")
+    first, second = r.plans[:2]
+    assert r.why_top.startswith(first.label()) and f"over {second.label()};" in r.why_top
+
+
+def test_top_returns_the_first_k_plans_and_at_most_all():
+    r = rank_plans(MODEL, TRAIN, SMALL)
+    assert r.top(2) == list(r.plans[:2])
+    assert r.top(10_000) == list(r.plans)
+
+
+def test_plan_label_counts_gpus_in_singular_and_plural():
+    one = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, micro_batch=1).plans[0]
+    assert one.label() == "T4 d=1 t=1 p=1 (1 GPU)"
+    two = Plan(**{**one.as_dict(), "dp": 2, "num_gpus": 2})
+    assert two.label() == "T4 d=2 t=1 p=1 (2 GPUs)"
+
+
+def test_an_empty_plan_table_keeps_gpu_type_a_text_column():
+    huge = ModelSpec(name="huge", vocab_size=50000, hidden_size=12288, num_layers=96, num_heads=96, max_positions=2048)
+    no_fit = rank_plans(huge, TrainingSpec(seq_len=2048, global_batch=8), SMALL)
+    no_time = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, tokens=1e12, deadline_s=60.0)
+    for r in (no_fit, no_time):
+        assert len(r) == 0 and r.to_frame()["gpu_type"].dtype == object
+
+
+def test_infeasible_explanation_states_the_largest_gpu_and_its_usable_memory():
+    huge = ModelSpec(name="huge", vocab_size=50000, hidden_size=12288, num_layers=96, num_heads=96, max_positions=2048)
+    r = rank_plans(huge, TrainingSpec(seq_len=2048, global_batch=8), SMALL)
+    # A100-40GB: 40 GiB, 36.0 GiB after the 10% margin; the smallest split's memory, in GiB
+    assert "offers 40 GiB (36.0 GiB after the 10% safety margin)" in r.explanation
+    assert f"reaches on this cluster is {r.min_memory_bytes / 2**30:.1f} GiB" in r.explanation
+
+
+def test_scaling_floor_keeps_a_plan_exactly_at_the_floor():
+    # 1 GPU in 8 s, 3 GPUs in 4 s: e = (8 / 4 - 1) / (3 / 1 - 1) = 0.5, exactly the floor: kept (e >= floor), also at
+    # the 1e-12 relative tolerance for float rounding; 4 s x (1 + 1e-9) is past it and dropped
+    from frenzy_core.plans import scaling_keep
+
+    types, n = np.array(["H100", "H100"], dtype=object), np.array([1, 3])
+    assert scaling_keep(types, n, np.array([8.0, 4.0]), 0.5).tolist() == [True, True]
+    assert scaling_keep(types, n, np.array([8.0, 4.0 * (1 + 1e-12)]), 0.5).tolist() == [True, True]
+    assert scaling_keep(types, n, np.array([8.0, 4.0 * (1 + 1e-9)]), 0.5).tolist() == [True, False]
+
+
+def _planset(objective: str, *rows: dict, **extra) -> PlanSet:
+    """A ranked plan set written by hand (rows best first), to check the sentences built from given numbers."""
+    base = {"gpu_type": "H100-80GB", "dp": 1, "tp": 1, "pp": 1, "num_gpus": 1, "micro_batch": 1, "grad_accum": 1,
+            "memory_bytes": 15 * 2**29, "headroom_bytes": 0, "gpu_memory_bytes": 80 * 2**30, "step_time_s": 1.0,
+            "tokens_per_s": 1.0, "time_to_train_s": 72000.0, "gpu_hours": 20.0, "cost_usd": 40.0}
+    plans = [{**base, **r} for r in rows]
+    cols = {k: np.array([p[k] for p in plans], dtype=object if k == "gpu_type" else None) for k in base}
+    return PlanSet(objective, cols, {}, extra=extra)
+
+
+def test_why_top_states_memory_time_gpu_hours_and_cost_of_the_winner():
+    # 15 x 2^29 B = 7.5 GiB of 80 GiB; 72,000 s = 20.0 h
+    s = _planset("time", {}).why_top
+    assert s.endswith("is the only feasible plan: 7.5 GiB per GPU of 80 GiB, 20.0 h to train, 20.0 GPU-hours, $40.00.")
+
+
+def test_why_top_shows_times_to_one_decimal_when_they_read_apart():
+    s = _planset("time", {}, {"dp": 2, "num_gpus": 2, "time_to_train_s": 108000.0}).why_top  # 20 h vs 30 h
+    assert "wins on the shortest time to train (20.0 h vs 30.0 h) over H100-80GB d=2" in s
+
+
+def test_why_top_shows_two_decimals_of_hours_when_one_decimal_reads_the_same():
+    # 72,000 s = 20.000 h and 72,021.6 s = 20.006 h: both "20.0 h", so the sentence shows 20.00 h vs 20.01 h
+    s = _planset("time", {}, {"dp": 2, "num_gpus": 2, "time_to_train_s": 72021.6}).why_top
+    assert "(20.00 h vs 20.01 h)" in s
+
+
+def test_why_top_separates_one_gpu_from_two_on_the_gpus_objective():
+    s = _planset("gpus", {}, {"dp": 2, "num_gpus": 2, "time_to_train_s": 36000.0}).why_top
+    assert "wins on fewer GPUs (1 vs 2)" in s
+
+
+def test_why_top_of_plans_tied_on_every_key_names_the_tie_break():
+    s = _planset("time", {"gpu_type": "A100-80GB"}, {}).why_top
+    assert "A100-80GB d=1 t=1 p=1 (1 GPU) ties with H100-80GB d=1 t=1 p=1 (1 GPU) on every objective key" in s
+
+
+@pytest.mark.parametrize(("deadline_s", "words"), [
+    (600.0, "10.0 min"), (3600.0, "1.0 h"), (3780.72, "1.1 h"), (7200.0, "2.0 h"),  # 3780.72 s = 1.0502 h
+    (172800.0, "2.0 days"), (177121.728, "2.1 days"), (216000.0, "2.5 days"),  # 177121.728 s = 2.05002 days
+])
+def test_durations_read_in_minutes_below_an_hour_hours_below_two_days_then_days(deadline_s, words):
+    r = _planset("time", {}, dropped={"deadline_s": 0}, constraints={"deadline_s": deadline_s})
+    assert f"0 dropped by the deadline ({words})" in r.ranking_text
+
+
+def test_a_plan_needing_exactly_the_usable_memory_fits():
+    # fits <=> memory <= capacity x (1 - margin); with margin 0, a GPU of exactly ceil(memory) bytes holds the
+    # split and one byte less does not (the same >= rule as packing)
+    import math
+
+    one_big = parse_cluster_yaml("name: big\nnodes: [{name: n, gpu_type: A100-80GB, num_gpus: 1}]")
+    need = math.ceil(float(rank_plans(ZOO["gpt2"], GPT2_B8, one_big, micro_batch=1).grid["memory_bytes"].iloc[0]))
+
+    def plans_on(capacity_bytes: int):
+        yaml = ("name: x\ngpu_types:\n  - {name: GX, memory_gib: " + repr(capacity_bytes / 2**30) + ", bf16_tflops: 100,"
+                " fp32_tflops: 50, memory_bandwidth_gbyte_s: 1000}\nnodes: [{name: x, gpu_type: GX, num_gpus: 1}]")
+        cluster = parse_cluster_yaml(yaml)
+        assert cluster.gpu("GX").memory_bytes == capacity_bytes
+        return rank_plans(ZOO["gpt2"], GPT2_B8, cluster, micro_batch=1, safety_margin=0.0).plans
+
+    assert len(plans_on(need)) == 1
+    assert plans_on(need - 1) == ()
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_sort_keys_rank_by_the_documented_keys_at_every_level_of_ties(objective):
+    # every combination of two values per key, so each key (primary, secondary, third, then type, t, p, d) is the
+    # one that decides for some pair: the order must be Python's sort by the documented tuple (docs/ranking.md)
+    from frenzy_core.plans import _sort_keys
+
+    names = ("time_to_train_s", "num_gpus", "cost_usd", "gpu_hours", "type_rank", "tp", "pp", "dp")
+    rows = list(itertools.product((1.0, 2.0), repeat=len(names)))
+    cols = {k: np.array([r[i] for r in rows]) for i, k in enumerate(names)}
+    documented = {"time": ("time_to_train_s", "num_gpus", "cost_usd"),
+                  "gpu-hours": ("gpu_hours", "time_to_train_s", "num_gpus"),
+                  "cost": ("cost_usd", "time_to_train_s", "num_gpus"),
+                  "gpus": ("num_gpus", "time_to_train_s", "cost_usd")}[objective] + ("type_rank", "tp", "pp", "dp")
+    want = sorted(range(len(rows)), key=lambda i: tuple(rows[i][names.index(k)] for k in documented))
+    assert np.lexsort(_sort_keys(objective, cols)).tolist() == want
+
+
+def test_within_scaling_floor_drops_exactly_the_plans_that_violate_it():
+    from frenzy_core.plans import within_scaling_floor
+
+    everything = rank_plans(LLAMA, BATCH64, HUGE).plans
+    bad = {label for label, _ in _efficiency_violations(everything, 0.5)}
+    kept = within_scaling_floor(everything, 0.5)
+    assert bad and [p.label() for p in kept] == [p.label() for p in everything if p.label() not in bad]
