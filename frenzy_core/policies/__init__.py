@@ -8,8 +8,8 @@ from frenzy_core.policies.frenzy import FrenzyPolicy
 from frenzy_core.policies.frenzy_eft import FrenzyEftPolicy
 from frenzy_core.policies.frenzy_las import FrenzyLasPolicy
 from frenzy_core.policies.frenzy_share import FrenzySharePolicy
-from frenzy_core.policies.gavel import GavelPolicy
 from frenzy_core.policies.frenzy_srpt import FrenzySrptPolicy
+from frenzy_core.policies.gavel import GavelPolicy
 from frenzy_core.policies.sia import SiaPolicy
 from frenzy_core.policies.sia_real import SiaRealPolicy
 
