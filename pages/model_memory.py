@@ -4,6 +4,7 @@ and see the per-GPU memory by component, detailed beside the paper's method, aga
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -11,7 +12,16 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, parse_hf_config_text
-from frenzy_core.training import Parallelism, check_parallelism, make_training
+from frenzy_core.training import (
+    Attention,
+    Framework,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Recompute,
+    check_parallelism,
+    make_training,
+)
 from pages import common
 
 common.page_setup()
@@ -29,7 +39,7 @@ CHOICE_FIELDS = {
     "norm_kind": ("norm", ["layernorm", "rmsnorm"]),
 }
 BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "biases on linear layers"}
-TRAINING_FIELDS = ("seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
+TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
                    "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout")
 CUSTOM = "(config.json)"
 # Upper bounds a user can type (the widgets refuse larger values with a message); the largest public models sit
@@ -128,6 +138,10 @@ def memory_breakdowns(model_json: str, training_json: str, dp: int, tp: int, pp:
         mem = predict_memory(m, t, Parallelism(dp=dp, tp=tp, pp=pp), method=method)
         out[method] = ({k: common.gib(v) for k, v in mem.components().items()}, common.gib(mem.total_bytes),
                        mem.peak_phase)
+    from frenzy_core.memory import predict_memory_band
+
+    low, high = predict_memory_band(m, t, Parallelism(dp=dp, tp=tp, pp=pp))
+    out["band"] = (common.gib(low.total_bytes), common.gib(high.total_bytes))
     return out
 
 
@@ -183,14 +197,17 @@ with left:
                     help="samples per optimizer step over all replicas")
     c3.number_input("micro-batch", min_value=1, max_value=65_536, step=1, key="tr_micro_batch",
                     help="samples per forward/backward; at most the global batch")
-    c1.selectbox("precision", ["bf16-master", "amp", "fp32"], key="tr_precision")
-    c2.selectbox("optimizer", ["adamw", "adamw-fused", "sgd"], key="tr_optimizer")
-    c3.selectbox("ZeRO stage", [0, 1, 2, 3], key="tr_zero_stage")
-    c1.selectbox("recomputation", ["none", "selective", "full"], key="tr_recompute")
-    c2.selectbox("attention", ["flash", "eager"], key="tr_attention")
-    c3.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key="tr_dropout")
-    c1.checkbox("distributed optimizer", key="tr_distributed_optimizer")
-    c2.checkbox("sequence parallel", key="tr_sequence_parallel")
+    c1.selectbox("framework", get_args(Framework), key="tr_framework",
+                 help="the training stack whose memory recipe applies (docs/memory.md, 'Framework recipes'); "
+                      "unknown: the highest recipe, with the band over all of them")
+    c2.selectbox("precision", get_args(Precision), key="tr_precision")
+    c3.selectbox("optimizer", get_args(Optimizer), key="tr_optimizer")
+    c1.selectbox("ZeRO stage", [0, 1, 2, 3], key="tr_zero_stage")
+    c2.selectbox("recomputation", get_args(Recompute), key="tr_recompute")
+    c3.selectbox("attention", get_args(Attention), key="tr_attention")
+    c1.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key="tr_dropout")
+    c2.checkbox("distributed optimizer", key="tr_distributed_optimizer")
+    c3.checkbox("sequence parallel", key="tr_sequence_parallel")
     st.markdown("**Split** (data × tensor × pipeline)")
     c1, c2, c3 = st.columns(3)
     c1.number_input("d (data)", min_value=1, max_value=1_048_576, step=1, key="par_dp")
@@ -211,7 +228,8 @@ try:
 except SpecError as err:
     errors.append(("model", err))
 try:
-    new_training = make_training(**{f: ss[f"tr_{f}"] for f in TRAINING_FIELDS})
+    # fields without a widget here (LoRA, offload, ...: set by a scenario) are kept as they are
+    new_training = make_training(**{**common.training().model_dump(), **{f: ss[f"tr_{f}"] for f in TRAINING_FIELDS}})
 except SpecError as err:
     errors.append(("training", err))
 if new_model is not None and new_training is not None:
@@ -244,7 +262,12 @@ with right:
     a.metric("Parameters", common.fmt_params(m.parameter_count()), help=f"{m.parameter_count():,} exactly")
     b.metric("Per-GPU peak (detailed)", f"{detailed[1]:.2f} GiB", help=f"peak during {detailed[2]}")
     c.metric("Per-GPU peak (paper)", f"{paper[1]:.2f} GiB", help="Frenzy paper (arXiv 2412.14479), Sec. IV-A")
-    st.caption(f"Detailed peak during **{detailed[2]}**.")
+    low, high = result["band"]
+    band = f"Across the framework recipes (pytorch, hf, megatron, fsdp2, deepspeed): {low:.2f}-{high:.2f} GiB."
+    st.caption(f"Detailed peak ({t.framework} recipe) during **{detailed[2]}**. {band}")
+    if t.framework == "unknown":
+        st.warning(f"Framework unknown: the planner uses the highest recipe ({high:.2f} GiB); the real peak lies in "
+                   f"{low:.2f}-{high:.2f} GiB depending on the stack. Pick the framework to narrow it.")
 
     ss.setdefault("mem_all_gpus", False)
     ss.setdefault("mem_log_scale", False)

@@ -396,3 +396,20 @@ def test_a_repeated_simulation_comes_from_the_cache(app):
     no_failure(app)
     assert "from the cache" in app.session_state.sim_meta
     assert app.session_state.sim_results["frenzy"] is first["frenzy"]
+
+
+def test_the_framework_picks_the_memory_recipe_and_unknown_shows_the_band(app):
+    from frenzy_core.memory import GIB, predict_memory, predict_memory_band
+
+    open_page(app, "pages/model_memory.py")
+    app.selectbox(key="tr_framework").set_value("megatron").run()
+    no_failure(app)
+    m, t, p = app.session_state.model, app.session_state.training, app.session_state.par
+    assert t.framework == "megatron"
+    want = predict_memory(m, t, p).total_bytes / GIB  # the core's number for the recipe the page now uses
+    assert metric(app, "Per-GPU peak (detailed)") == f"{want:.2f} GiB"
+    app.selectbox(key="tr_framework").set_value("unknown").run()
+    no_failure(app)
+    low, high = predict_memory_band(app.session_state.model, app.session_state.training, app.session_state.par)
+    warning = " ".join(w.value for w in app.warning)
+    assert f"{low.total_bytes / GIB:.2f}-{high.total_bytes / GIB:.2f} GiB" in warning
