@@ -377,18 +377,23 @@ class _LayerActivations:
     routed: float = 0.0  # MoE: copies of routed tokens, gathered over the tp group by the dispatcher: never / t
 
 
-def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None) -> _LayerActivations:
+def layer_activations(
+    model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None, moe_layer: bool | None = None
+) -> _LayerActivations:
     """Per-token activation bytes of one layer (before dividing by t), named term by term.
 
     Korthikanti Table 2 for GPT-style layers assumes bf16 everywhere and GELU 4h: 34 sbh + 5 a s^2 b. The terms
     here follow what the traced PyTorch step keeps (docs/memory.md): the residual stream has the parameters' dtype
     (fp32 under AMP), each block's first linear saves a compute-dtype copy of the norm output, flash attention saves
     q, k, v, its output and an fp32 log-sum-exp, eager attention saves fp32 softmax probabilities plus their bf16 copy.
-    The recipe changes the terms its framework's code changes (frenzy_core.recipes).
+    The recipe changes the terms its framework's code changes (frenzy_core.recipes). `moe_layer` picks a dense or
+    an MoE layer of an MoE model (default: MoE for MoE models).
     """
     recipe = recipe or get_recipe(training.framework)
+    moe_layer = model.is_moe if moe_layer is None else moe_layer and model.is_moe
     ps = recipe.precision_setup(training.precision)
     h, a, q, kv, ffn = model.hidden_size, model.num_heads, model.q_dim, model.kv_dim, model.ffn
+    vd, o = model.v_dim, model.attention_output_dim  # value width; context width (the output projection's input)
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     dropout = training.dropout > 0
@@ -408,17 +413,18 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         rotary = model.position_kind == "rotary"
         # q, k, v saved by flash attention; fused QKV: views of its output, which stays whole. Separate q/k/v with
         # RoPE: only v survives (q and k are replaced by their rotated copies, modeling_llama apply_rotary_pos_emb)
-        qkv_output = act * kv if separate_qkv and rotary else act * (q + 2 * kv)
+        qkv_output = act * vd if separate_qkv and rotary else act * (q + kv + vd)
         rope_copies = act * (q + kv) if rotary else 0  # rotated q and k are new tensors
-        flash_output = act * q  # flash output; the output projection keeps the same storage as its input
+        flash_output = act * o  # flash output; the output projection keeps the same storage as its input
         flash_lse = FP32_BYTES * a  # log-sum-exp, a*s*b fp32 (FlashAttention-2, Dao 2023)
         attention_split = qkv_output + rope_copies + flash_output + flash_lse
         attention_scores = 0.0
     else:
         # Batched matmuls on head-major tensors: q, k, v are copied out of the fused QKV (or rotated, or widened by
         # GQA's repeat_kv): three full-width tensors (K.: Q, K 4sbh + V 2sbh).
-        qk_v_copies = 3 * act * q
-        context_copy = act * q  # (b, a, s, d) -> (b, s, h) copy kept by the output projection (K.: 2sbh)
+        # GQA's repeat_kv widens k to num_heads x head_dim (= q_dim) and v to num_heads x value_head_dim (= o).
+        qk_v_copies = act * (2 * q + o)
+        context_copy = act * o  # (b, a, s, d_v) -> (b, s, a d_v) copy kept by the output projection (K.: 2sbh)
         attention_split = qk_v_copies + context_copy
         gpt2_bf16_softmax = (
             recipe.gpt2_softmax_in_input_dtype and model.position_kind == "learned" and not autocast_inputs
@@ -440,7 +446,7 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
     mlp_norm_stats = norm_stats + norm_extra
     fc1_input = act * h  # K.: 2sbh
     mlp_dropout_mask = MASK_BYTES * h if dropout else 0  # K.: sbh
-    if model.is_moe:
+    if moe_layer:
         inner, experts_per_token = model.expert_ffn, model.moe_top_k
         router_probs = FP32_BYTES * model.num_experts  # fp32 router softmax (Megatron / HF Mixtral)
         # each routed copy of the token's input, kept by the expert's first linear, and the expert's output, kept by
@@ -487,7 +493,7 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         qkv_input = FP8_BYTES * h
         fc1_input = FP8_BYTES * h
         mlp_inner = mlp_inner - (act - FP8_BYTES) * inner
-        attention_split += FP8_BYTES * q
+        attention_split += FP8_BYTES * o
     mlp_split = experts_per_token * mlp_inner + router_probs
     routed = experts_per_token * (dispatched_input + expert_output)
 
@@ -517,6 +523,29 @@ def model_state_bytes(
     return weights, gradients, optimizer
 
 
+def _stage_layers(model: ModelSpec, p, stage):
+    """(dense layers, MoE layers) on pipeline stage `stage` of p: layers stage x l/p, ..., (stage + 1) x l/p - 1,
+    as `ModelSpec.layers_parameters(start, stop)` splits them (DeepSeek's first_k_dense layers sit on stage 0)."""
+    n = model.num_layers / np.asarray(p, dtype=np.float64)
+    if not model.is_moe:
+        return n, 0.0 * n
+    start = np.asarray(stage, dtype=np.float64) * n
+    dense = np.clip(model.first_k_dense - start, 0.0, n)
+    return dense, n - dense
+
+
+def _layer_weights(model: ModelSpec, t, ep=1):
+    """(dense layer, MoE layer) parameters per GPU: linears split by t, routed experts by ep x t, the two hidden-size
+    norms replicated. With t = ep = 1 these are `layer_parameters` of a dense and of an MoE layer."""
+    norms = 2 * model.norm_parameters()
+    dense = (model.attention_parameters() + model.dense_mlp_parameters()) / t + norms
+    if not model.is_moe:
+        return dense, dense
+    routed = model.routed_expert_parameters()
+    moe = (model.attention_parameters() + model.moe_mlp_parameters() - routed) / t + routed / (ep * t) + norms
+    return dense, moe
+
+
 def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
     """(dense parameters, expert parameters, autocast-castable parameters) on pipeline stage `stage` of p.
 
@@ -525,24 +554,40 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
     tied embeddings and p > 1 the last stage keeps its own copy of the word embedding (Megatron
     `setup_embeddings_and_output_layer`). Biases of row-parallel linears are replicated in Megatron; counting them
     split by t is off by h per layer (negligible). MoE experts are split over ep x t (Megatron's expert parallelism,
-    expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router by t.
+    expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router and shared
+    experts by t. Each stage counts its own layers (`_stage_layers`): dense-first MoE models differ per stage.
     """
-    h, V, num_layers = model.hidden_size, model.vocab_size, model.num_layers
-    experts = model.mlp_parameters() - h * model.num_experts if model.is_moe else 0  # without the router
-    layer_split = model.attention_parameters() + model.mlp_parameters() - experts
+    h, V = model.hidden_size, model.vocab_size
+    n_dense, n_moe = _stage_layers(model, p, stage)
+    routed = model.routed_expert_parameters() if model.is_moe else 0
+    dense_layer, moe_layer = _layer_weights(model, t)  # ep = 1: the routed experts are added below, split by ep
+    moe_layer_no_experts = moe_layer - routed / t
     layer_replicated = 2 * model.norm_parameters()
     word_embedding = V * h
     positions = model.embedding_parameters() - word_embedding
     final_norm = model.norm_parameters()
     first, last, single = stage == 0, stage == p - 1, p == 1
-    layers = (num_layers / p) * (layer_split / t + layer_replicated)
+    layers = n_dense * dense_layer + n_moe * moe_layer_no_experts
     # the LM head: an untied one, or the last stage's copy of a tied one (p == 1: the embedding itself)
     own_head = np.where(model.tie_embeddings & single, 0.0, word_embedding / t)
     params = layers + np.where(first, word_embedding / t + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
     # autocast casts the linears and the LM head's weight (tied: the embedding matrix, used by F.linear)
-    expert_params = (num_layers / p) * experts / (ep * t)
-    castable = (num_layers / p) * layer_split / t + expert_params + np.where(last, word_embedding / t, 0.0)
+    expert_params = n_moe * routed / (ep * t)
+    castable = (
+        n_dense * (dense_layer - layer_replicated) + n_moe * (moe_layer_no_experts - layer_replicated)
+        + expert_params + np.where(last, word_embedding / t, 0.0)
+    )
     return params, expert_params, castable
+
+
+def _candidate_stages(model: ModelSpec, p):
+    """Stages that bound every stage's peak: the first (most micro-batches in flight), the last (LM head), and for
+    dense-first MoE models the stage holding layer first_k_dense and the next (the first stages with MoE layers)."""
+    stages = [np.zeros(np.shape(p)), p - 1]
+    if model.is_moe and model.first_k_dense:
+        boundary = np.floor(model.first_k_dense / (model.num_layers / p))
+        stages[1:1] = [np.minimum(boundary, p - 1), np.minimum(boundary + 1, p - 1)]
+    return tuple(stages)
 
 
 def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1):
@@ -565,22 +610,30 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     offload = training.offload
 
     # -- activations per micro-batch --
-    layer = layer_activations(model, training, recipe)
-    layer_bytes = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
     full_recompute = training.recompute in ("full", "op-sac")  # layers recomputed in backward, one at a time
-    if training.recompute == "full":
-        # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the layer
-        # being recomputed in backward holds its full set once (phase "backward-recompute").
-        kept_layer = tokens * resid * h / sp_divisor
-    elif training.recompute == "op-sac":
-        sac = op_sac_layer_activations(model, training, recipe)
-        kept_layer = tokens * (sac.replicated / sp_divisor + sac.split / t)
-    else:
-        kept_layer = layer_bytes
-    if full_recompute and training.recompute_every > 1:
-        # only every k-th layer is checkpointed (torchtitan ac_freq, apply_ac); the others keep their full set
-        k = training.recompute_every
-        kept_layer = kept_layer / k + layer_bytes * (1 - 1 / k)
+
+    def layer_terms(moe_layer: bool):
+        """(all activations of one layer, what it keeps until its backward), bytes per micro-batch."""
+        layer = layer_activations(model, training, recipe, moe_layer)
+        full = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
+        if training.recompute == "full":
+            # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the
+            # layer being recomputed in backward holds its full set once (phase "backward-recompute").
+            kept = tokens * resid * h / sp_divisor
+        elif training.recompute == "op-sac":
+            sac = op_sac_layer_activations(model, training, recipe, moe_layer)
+            kept = tokens * (sac.replicated / sp_divisor + sac.split / t)
+        else:
+            kept = full
+        if full_recompute and training.recompute_every > 1:
+            # only every k-th layer is checkpointed (torchtitan ac_freq, apply_ac); the others keep their full set
+            k = training.recompute_every
+            kept = kept / k + full * (1 - 1 / k)
+        return full, kept
+
+    moe_terms = layer_terms(True) if model.is_moe else None
+    dense_terms = layer_terms(False) if model.num_dense_layers else moe_terms
+    moe_terms = moe_terms or dense_terms
     token_ids = tokens * INDEX_BYTES  # the micro-batch's int64 token ids, kept by the embedding's backward
     embedding_dropout_mask = tokens * MASK_BYTES * h / sp_divisor if training.dropout > 0 else 0.0
     per_micro_batch_fixed = token_ids + embedding_dropout_mask
@@ -605,13 +658,18 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         head_grad = 0.0
     head_grad = head_grad + tokens * act * h / t  # the gradient w.r.t. the head's input
 
-    if stages is None:  # the first and the last stage bound every stage (a middle one has fewer of both)
-        stages = (np.zeros(np.shape(p)), p - 1)
+    if stages is None:  # these stages bound every stage (a middle one has fewer of both)
+        stages = _candidate_stages(model, p)
     candidates = []
     for stage in stages:
         last = stage == p - 1
         in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
         layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage)
+        # the stage's mix of dense and MoE layers (DeepSeek: first_k_dense dense layers on the first stages)
+        n_dense, n_moe = _stage_layers(model, p, stage)
+        moe_share = n_moe / (n_dense + n_moe)
+        layer_bytes = np.where(n_moe > 0, np.maximum(dense_terms[0], moe_terms[0]), dense_terms[0])  # recomputed
+        kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
         params, expert_params, castable = _stage_parameters(model, t, p, stage, e)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
         acts = acts + np.where(last, head_activations, 0)
@@ -651,7 +709,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage == 0
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
@@ -700,7 +758,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
     return ps.compute_copy_bytes if recipe.autocast else 0
 
 
-def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep=1, first=False):
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -713,19 +771,21 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
-    experts = model.mlp_parameters() - model.hidden_size * model.num_experts if model.is_moe else 0
-    layer_castable = (model.attention_parameters() + model.mlp_parameters() - experts) / t + experts / (ep * t)
+    n_dense, n_moe = _stage_layers(model, p, stage)
+    dense_layer, moe_layer = _layer_weights(model, t, ep)
+    largest = np.where(n_moe > 0, np.maximum(dense_layer, moe_layer), dense_layer)  # the stage's largest layer
+    layer_castable = largest - 2 * model.norm_parameters()
     if zero < 3:
         at_backward_start = (head if full_recompute else castable) * copy_bytes
         return at_backward_start, layer_castable * copy_bytes
-    layer_weights = layer_castable + 2 * model.norm_parameters()
-    stage_layer_weights = (model.num_layers / p) * layer_weights
-    gathered = np.minimum(recipe.zero3_gathered_layers * layer_weights, stage_layer_weights)
+    # ZeRO-3 / FSDP gather whole layers: the largest one (ModelSpec.max_layer_parameters at t = ep = 1)
+    stage_layer_weights = n_dense * dense_layer + n_moe * moe_layer
+    gathered = np.minimum(recipe.zero3_gathered_layers * largest, stage_layer_weights)
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
         embedding = model.vocab_size * model.hidden_size / t  # tied and p == 1: the head already counted it
-        head = head + np.where(first & (~last | (not model.tie_embeddings)), embedding, 0.0)
+        head = head + np.where((stage == 0) & (~last | (not model.tie_embeddings)), embedding, 0.0)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered
 
 
@@ -791,7 +851,9 @@ def in_flight_layers(num_layers: int, p, vp, micro_batches, stage):
     return np.where(vp > 1, interleaved, plain)
 
 
-def op_sac_layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe) -> _LayerActivations:
+def op_sac_layer_activations(
+    model: ModelSpec, training: TrainingSpec, recipe: Recipe, moe_layer: bool | None = None
+) -> _LayerActivations:
     """Per-token bytes one layer keeps under per-op selective AC (torchtitan selective_ac_option="op").
 
     torchtitan/models/llama3/infra/parallelize.py `_apply_ac_to_transformer_block`: the policy saves the outputs of
@@ -803,12 +865,13 @@ def op_sac_layer_activations(model: ModelSpec, training: TrainingSpec, recipe: R
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     h, q, kv, a = model.hidden_size, model.q_dim, model.kv_dim, model.num_heads
-    inner = model.expert_ffn * model.moe_top_k if model.is_moe else model.ffn
+    moe_layer = model.is_moe if moe_layer is None else moe_layer and model.is_moe
+    inner = model.expert_ffn * model.moe_top_k if moe_layer else model.ffn
     mlp_widths = [inner, inner, h] if model.mlp_kind == "swiglu" else [inner, h]
-    widths = [q, kv, kv, h, *mlp_widths]  # mm outputs in forward order
+    widths = [q, kv, model.v_dim, h, *mlp_widths]  # mm outputs in forward order
     kept = widths[0::2]  # the 1st, 3rd, 5th, ... mm of the block
     block_input = resid * h
-    attention_output = act * q + FP32_BYTES * a  # SDPA output and log-sum-exp
+    attention_output = act * model.attention_output_dim + FP32_BYTES * a  # SDPA output and log-sum-exp
     last_is_h = 1 if kept[-1] == h and len(widths) % 2 == 1 else 0  # w2's output: replicated, like the input
     split = act * (sum(kept) - last_is_h * h) + attention_output
     return _LayerActivations(replicated=block_input + act * h * last_is_h, split=split, scores=0.0)

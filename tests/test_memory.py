@@ -514,3 +514,84 @@ def test_qlora_needs_a_lora_rank():
 
     with pytest.raises(SpecError):
         make_training(base_quant="nf4")
+
+
+# --- shapes of the newer families: q, k, v and the attention output have their own widths -------------------------
+from frenzy_core.memory import _compute_copies, _stage_parameters, layer_activations  # noqa: E402
+from frenzy_core.recipes import get_recipe  # noqa: E402
+
+TINY_ROPE = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_size=96,
+                 mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", norm_kind="rmsnorm", bias=False)
+# Qwen3-0.6B's shape in small: head_dim 32 with h / a = 16, so q is 2h wide (128) and k, v are h wide (64)
+WIDE_Q = ModelSpec(name="wide-q", head_size=32, **TINY_ROPE)
+
+
+def test_layer_activations_use_q_kv_and_output_widths_by_hand():
+    amp_flash = TrainingSpec(seq_len=64, global_batch=2, precision="amp", attention="flash")
+    layer = layer_activations(WIDE_Q, amp_flash, get_recipe("pytorch"))
+    # fp32 residual (4 B) and bf16 activations (2 B), h = 64, q = 128, k = v = 64, a = 4, ffn 96
+    norms = 2 * (4 * 64 + 4 * 1)  # two RMSNorm inputs (fp32) + their fp32 rstd
+    linear_inputs = 2 * (2 * 64)  # the QKV and gate/up linears keep their bf16 input
+    assert layer.replicated == norms + linear_inputs == 776
+    qkv_out, rotated, flash_out, lse = 2 * (128 + 64 + 64), 2 * (128 + 64), 2 * 128, 4 * 4
+    swiglu = 2 * 2 * 96 + 2 * 96 + 2 * 96
+    assert layer.split == qkv_out + rotated + flash_out + lse + swiglu == 1936
+    eager = layer_activations(WIDE_Q, amp_flash.model_copy(update={"attention": "eager"}), get_recipe("pytorch"))
+    # eager: q, k and v widened by repeat_kv to 4 heads x 32, the context copy (128 wide), fp32 probs + bf16 copy
+    assert eager.split == 2 * (128 + 128 + 128) + 2 * 128 + swiglu == 1792
+    assert eager.scores == 4 * 4 + 2 * 4
+
+
+@pytest.mark.parametrize("attention", ["flash", "eager"])
+def test_a_wider_q_costs_what_the_tracer_sees(attention):
+    pytest.importorskip("torch")
+    from frenzy_core.tracer import trace_peak
+
+    narrow = ModelSpec(name="narrow-q", **TINY_ROPE)
+    training = TrainingSpec(seq_len=256, global_batch=2, micro_batch=2, precision="amp", attention=attention)
+    traced = trace_peak(WIDE_Q, training).peak_bytes - trace_peak(narrow, training).peak_bytes
+    predicted = (predict_memory(WIDE_Q, training, overhead=NO_OVERHEAD).total_bytes
+                 - predict_memory(narrow, training, overhead=NO_OVERHEAD).total_bytes)
+    assert predicted == traced  # the whole difference comes from the q / output widths (and the weights)
+
+
+# DeepSeek's layout in small: layer 0 dense (ffn 96), layers 1-3 MoE (4 experts of 32, top-2, one shared expert)
+DENSE_FIRST_MOE = ModelSpec(name="dense-first-moe", **{**TINY_ROPE, "num_layers": 4}, num_experts=4, moe_top_k=2,
+                            expert_ffn_size=32, num_shared_experts=1, first_k_dense=1)
+
+
+def test_each_pipeline_stage_holds_its_own_layers():
+    m = DENSE_FIRST_MOE
+    h, V = 64, 512
+    dense_layer = (64 * (64 + 32 + 32) + 64 * 64) + 3 * 64 * 96 + 2 * 64  # q, k, v, o + SwiGLU + 2 norms
+    moe_layer = (64 * (64 + 32 + 32) + 64 * 64) + 4 * 3 * 64 * 32 + 3 * 64 * 32 + 64 * 4 + 2 * 64
+    assert (m.layer_parameters(0), m.layer_parameters(1)) == (dense_layer, moe_layer)
+    for p, stage, layers in ((2, 0, [dense_layer, moe_layer]), (2, 1, [moe_layer, moe_layer]), (4, 0, [dense_layer])):
+        params, experts, _ = _stage_parameters(m, 1.0, np.float64(p), np.float64(stage))
+        extra = V * h if stage == 0 else 0.0
+        extra += h + V * h if stage == p - 1 else 0.0
+        assert float(params + experts) == sum(layers) + extra
+        start = stage * 4 // p
+        assert float(params + experts) - extra == m.layers_parameters(start, start + 4 // p)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_the_most_loaded_stage_is_the_reported_peak(pp):
+    # a 16-token vocabulary: no LM head to make the last stage the peak; with pp = 4 stage 0 holds only the dense
+    # layer, so stage 1 (an MoE layer, 3 micro-batches in flight) is the most loaded, neither the first nor the last
+    small_vocab = ModelSpec(**{**DENSE_FIRST_MOE.model_dump(), "vocab_size": 16})
+    training = TrainingSpec(seq_len=128, global_batch=8, micro_batch=1, precision="amp", attention="flash")
+    result = predict_memory(small_vocab, training, Parallelism(pp=pp), overhead=NO_OVERHEAD)
+    assert result.allocated_bytes == max(result.per_stage_allocated_bytes)
+    if pp == 4:
+        assert result.per_stage_allocated_bytes.index(result.allocated_bytes) == 1
+
+
+def test_zero3_gathers_the_largest_layer():
+    m = DENSE_FIRST_MOE
+    assert m.max_layer_parameters() == m.layer_parameters(1) > m.layer_parameters(0)
+    ps = get_recipe("pytorch").precision_setup("amp")
+    copies, _ = _compute_copies(m, get_recipe("pytorch"), ps, 3, 1.0, np.float64(1), 0.0, True, False, 1.0,
+                                np.float64(0))
+    # the layer computing and the one prefetched, both the largest (MoE) layer, plus the LM head, all in bf16
+    assert float(copies) == (2 * m.max_layer_parameters() + 512 * 64) * 2
