@@ -377,6 +377,83 @@ class _LayerActivations:
     routed: float = 0.0  # MoE: copies of routed tokens, gathered over the tp group by the dispatcher: never / t
 
 
+def unfused_norm_extra(model: ModelSpec, recipe: Recipe, width: int, input_bytes: int) -> float:
+    """Bytes per token an unfused RMSNorm of `width` saves beyond a fused kernel (which keeps its input and rstd).
+
+    transformers LlamaRMSNorm.forward (Qwen3, OLMo-2, DeepSeek alike): x.to(float32), then
+    `weight * (x * rsqrt(...)).to(input_dtype)`: the fp32 copy (the input itself when it is fp32) and the normalised
+    tensor in the input's dtype: FP32 x width more than input + rstd. Gemma2RMSNorm / Gemma3RMSNorm.forward:
+    `self._norm(x.float()) * (1.0 + self.weight.float())`: the fp32 copy and the fp32 normalised tensor, while the
+    input itself is not kept: (2 FP32 - input) x width. Gemma-2/3 are the sandwich-norm families.
+    """
+    if not (recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm"):
+        return 0.0
+    if model.norm_placement == "sandwich":  # Gemma's (1 + weight) norm, computed in fp32
+        return (2 * FP32_BYTES - input_bytes) * width
+    return FP32_BYTES * width
+
+
+def _mla_attention(model: ModelSpec, recipe: Recipe, act: int, autocast_inputs: bool, flash: bool):
+    """(replicated, split) bytes per token that multi-head latent attention saves, before the s^2 score terms.
+
+    transformers/models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3Attention.forward / expand_kv (v5.24):
+    q_a_proj (or q_proj) and kv_a_proj_with_mqa each keep the layer input (each its own autocast cast); the q latent
+    (q_a output) is kept by q_a_layernorm and its normalised copy by q_b_proj; the kv_a output (kv latent + the
+    shared rope key) by kv_a_layernorm (an unfused norm keeps its fp32 copy instead, freeing the rope slice) and the
+    normalised latent by kv_b_proj. The latents are replicated across tensor-parallel ranks (Megatron MLA's down
+    projections are not split). Per head (split by t): kv_b's output a x (nope + v) (v is a view of it), the
+    concatenated query and the key built by new_empty + copy_ (a x (nope + rope) each; the rotated parts are only
+    copied, not saved), the attention output a x v (flash) or its contiguous copy (eager).
+    """
+    h, a = model.hidden_size, model.num_heads
+    r_kv, rope, nope, v = model.kv_lora_rank, model.qk_rope_head_dim, model.qk_nope_head_dim, model.v_head_dim
+    rstd = FP32_BYTES  # one fp32 rstd per token per latent norm
+    down_inputs = act * h * (2 if autocast_inputs else 1)
+    replicated = down_inputs
+    if model.q_lora_rank is not None:
+        r_q = model.q_lora_rank
+        replicated += act * r_q + rstd + unfused_norm_extra(model, recipe, r_q, act) + act * r_q
+    unfused = recipe.unfused_rmsnorm
+    kv_a_output = act * (r_kv + (0 if unfused else rope))
+    replicated += kv_a_output + rstd + unfused_norm_extra(model, recipe, r_kv, act) + act * r_kv
+    kv_b_output = act * a * (nope + v)
+    query_key = act * (model.q_dim + model.kv_dim)
+    output = act * model.attention_output_dim  # flash output, or eager's contiguous context copy
+    lse = FP32_BYTES * a if flash else 0
+    return replicated, kv_b_output + query_key + output + lse
+
+
+def _qk_norm_bytes(model: ModelSpec, recipe: Recipe, act: int) -> float:
+    """Bytes per token q_norm and k_norm save (split by t): the fp32 rstd per normalised row (per head: Qwen3,
+    Gemma-3 `q_norm = RMSNorm(head_dim)`; per token: OLMo-2's whole-projection norm). A fused norm's input is a
+    view of the fused QKV output and its output is consumed by RoPE (which saves only cos / sin), so nothing else;
+    an unfused one (HF) keeps its fp32 copy and normalised tensor (`unfused_norm_extra`), the projection output in
+    the compute dtype being its input."""
+    if model.qk_norm == "none":
+        return 0.0
+    rows = model.num_heads + model.kv_heads if model.qk_norm == "head" else 2
+    width = model.q_dim + model.kv_dim
+    extra = unfused_norm_extra(model, recipe, width, act)
+    return FP32_BYTES * rows + extra
+
+
+def _mlp_inner_bytes(model: ModelSpec, recipe: Recipe, act: int, inner: int, autocast_inputs: bool) -> float:
+    """Bytes per token an MLP of inner width `inner` saves between its first and its last linear."""
+    if model.mlp_kind == "swiglu":
+        fused_gate_up = act * 2 * inner  # kept by SiLU (gate half) and by the product (up half)
+        silu_output = act * inner
+        product = act * inner  # input of the down projection
+        return fused_gate_up + silu_output + product
+    if recipe.unfused_gelu_tanh and model.position_kind == "learned":
+        # transformers activations.py NewGELUActivation (GPT-2's gelu_new): pow (fp32 under CUDA autocast) saves
+        # its input cast, tanh saves its output, the final mul saves 0.5*x and (1 + tanh); c_proj keeps its input
+        upcast = FP32_BYTES if autocast_inputs else act
+        return 3 * upcast * inner + 2 * act * inner
+    fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
+    gelu_output = act * inner  # fc2 input (K.: 8sbh)
+    return fc1_output + gelu_output
+
+
 def layer_activations(
     model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None, moe_layer: bool | None = None
 ) -> _LayerActivations:
@@ -402,13 +479,15 @@ def layer_activations(
     autocast_inputs = recipe.autocast and ps.compute_copy_bytes > 0
     separate_qkv = recipe.separate_projections and model.position_kind == "rotary"  # GPT-2's c_attn is fused
     # transformers LlamaRMSNorm.forward: the fp32 normalised tensor, saved by `weight * (...)`
-    norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0
+    norm_extra = unfused_norm_extra(model, recipe, h, resid)
 
     # -- attention block --
     attn_norm_input = resid * h  # LayerNorm/RMSNorm keeps its input: the residual stream (K. Table 2: 2sbh at bf16)
     attn_norm_stats = norm_stats + norm_extra  # mean/rstd (LayerNorm) or rstd (RMSNorm), fp32 per token
     qkv_input = act * h * (3 if separate_qkv and autocast_inputs else 1)  # the QKV linear keeps its input (K.: 2sbh)
     proj_dropout_mask = MASK_BYTES * h if dropout else 0  # residual dropout after the output projection (K.: sbh)
+    if model.is_mla:
+        qkv_input, mla_split = _mla_attention(model, recipe, act, autocast_inputs, training.attention == "flash")
     if training.attention == "flash":
         rotary = model.position_kind == "rotary"
         # q, k, v saved by flash attention; fused QKV: views of its output, which stays whole. Separate q/k/v with
@@ -419,13 +498,15 @@ def layer_activations(
         flash_lse = FP32_BYTES * a  # log-sum-exp, a*s*b fp32 (FlashAttention-2, Dao 2023)
         attention_split = qkv_output + rope_copies + flash_output + flash_lse
         attention_scores = 0.0
+        if model.is_mla:
+            attention_split = mla_split
     else:
         # Batched matmuls on head-major tensors: q, k, v are copied out of the fused QKV (or rotated, or widened by
         # GQA's repeat_kv): three full-width tensors (K.: Q, K 4sbh + V 2sbh).
         # GQA's repeat_kv widens k to num_heads x head_dim (= q_dim) and v to num_heads x value_head_dim (= o).
         qk_v_copies = act * (2 * q + o)
         context_copy = act * o  # (b, a, s, d_v) -> (b, s, a d_v) copy kept by the output projection (K.: 2sbh)
-        attention_split = qk_v_copies + context_copy
+        attention_split = mla_split if model.is_mla else qk_v_copies + context_copy
         gpt2_bf16_softmax = (
             recipe.gpt2_softmax_in_input_dtype and model.position_kind == "learned" and not autocast_inputs
         )
@@ -438,9 +519,12 @@ def layer_activations(
             softmax_probs = FP32_BYTES * a  # softmax output, fp32 as CUDA autocast computes it (K.: 2as^2b at bf16)
             probs_compute = act * a  # its compute-dtype copy (or dropout output) that the PV matmul keeps
         probs_dropout_mask = MASK_BYTES * a if dropout else 0  # K.: as^2b
-        attention_scores = softmax_probs + probs_compute + probs_dropout_mask
+        # Gemma-2 eager_attention_forward: scores / cap, tanh, * cap before the mask: tanh saves its output
+        softcap_tanh = act * a if model.attn_logit_softcapping is not None else 0
+        attention_scores = softmax_probs + probs_compute + probs_dropout_mask + softcap_tanh
         if training.recompute == "selective":  # Korthikanti Sec. 5: recompute the attention core, drop the s^2 terms
             attention_scores = 0.0
+    attention_split += _qk_norm_bytes(model, recipe, act)
     # -- MLP block --
     mlp_norm_input = resid * h
     mlp_norm_stats = norm_stats + norm_extra
@@ -455,25 +539,24 @@ def layer_activations(
         # (MoEAllGatherTokenDispatcher / alltoall over tp x ep), so t does not divide them
         dispatched_input = act * h
         expert_output = act * h
+        router_probs += INDEX_BYTES * model.moe_top_k  # topk (gather) saves the chosen experts' int64 indices
+        if recipe.fp32_router_input and model.is_mla and not autocast_inputs:
+            # DeepseekV2/V3 router: F.linear(hidden_states.type(torch.float32), ...): without autocast the fp32 copy
+            # of the compute-dtype input is what the linear saves (under AMP the input already is fp32)
+            router_probs += FP32_BYTES * h
     else:
         inner, experts_per_token = ffn, 1
         router_probs = dispatched_input = expert_output = 0
-    if model.mlp_kind == "swiglu":
-        if recipe.separate_projections and autocast_inputs:
-            fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
-        fused_gate_up = act * 2 * inner  # kept by SiLU (gate half) and by the product (up half)
-        silu_output = act * inner
-        product = act * inner  # input of the down projection
-        mlp_inner = fused_gate_up + silu_output + product
-    elif recipe.unfused_gelu_tanh and model.position_kind == "learned":
-        # transformers activations.py NewGELUActivation (GPT-2's gelu_new): pow (fp32 under CUDA autocast) saves
-        # its input cast, tanh saves its output, the final mul saves 0.5*x and (1 + tanh); c_proj keeps its input
-        upcast = FP32_BYTES if autocast_inputs else act
-        mlp_inner = 3 * upcast * inner + 2 * act * inner
-    else:
-        fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
-        gelu_output = act * inner  # fc2 input (K.: 8sbh)
-        mlp_inner = fc1_output + gelu_output
+    if model.mlp_kind == "swiglu" and recipe.separate_projections and autocast_inputs:
+        fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
+    mlp_inner = _mlp_inner_bytes(model, recipe, act, inner, autocast_inputs)
+    shared_experts = 0.0
+    if moe_layer and model.num_shared_experts:
+        # DeepseekV3MoE.shared_experts: a dense MLP of n_shared x moe_intermediate_size on every token; under
+        # autocast its gate/up linears cast the norm output again (one cast fused, two separate)
+        shared_inner = model.num_shared_experts * model.expert_ffn
+        casts = (2 if recipe.separate_projections and model.mlp_kind == "swiglu" else 1) if autocast_inputs else 0
+        shared_experts = act * h * casts + _mlp_inner_bytes(model, recipe, act, shared_inner, autocast_inputs)
     if training.lora_rank:
         # Frozen linears save no input for a weight gradient (autograd saves mm's `self` only when the weight needs
         # a gradient); a LoRA adapter's lora_A keeps its input and lora_B the r-wide x A (peft/tuners/lora/layer.py
@@ -494,9 +577,18 @@ def layer_activations(
         fc1_input = FP8_BYTES * h
         mlp_inner = mlp_inner - (act - FP8_BYTES) * inner
         attention_split += FP8_BYTES * o
-    mlp_split = experts_per_token * mlp_inner + router_probs
+    mlp_split = experts_per_token * mlp_inner + router_probs + shared_experts
     routed = experts_per_token * (dispatched_input + expert_output)
 
+    # Norms on the sublayers' outputs (compute dtype): Gemma-2/3 post_attention_layernorm and
+    # post_feedforward_layernorm on top of the input norms (Gemma2DecoderLayer.forward); OLMo-2 has only these two
+    # (Olmo2DecoderLayer.forward), so its residual stream is kept only as the q/k/v linears' input.
+    post_norm = act * h + norm_stats + unfused_norm_extra(model, recipe, h, act)
+    if model.norm_placement == "post":
+        attn_norm_input = mlp_norm_input = 0
+        attn_norm_stats = mlp_norm_stats = post_norm
+    elif model.norm_placement == "sandwich":
+        attn_norm_stats, mlp_norm_stats = attn_norm_stats + post_norm, mlp_norm_stats + post_norm
     replicated = attn_norm_input + attn_norm_stats + qkv_input + proj_dropout_mask
     replicated += mlp_norm_input + mlp_norm_stats + fc1_input + mlp_dropout_mask
     return _LayerActivations(
@@ -641,8 +733,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     # its rotary table and fuses the causal mask (with one micro-batch in flight, as traced, this is exact).
     causal_mask = s * s / c * MASK_BYTES if training.attention == "eager" else 0.0  # one bool s x s (this GPU's rows)
     rope_tables = 2 * s * model.head_dim * BF16_BYTES if model.position_kind == "rotary" else 0.0  # cos and sin
-    per_stage_fixed = causal_mask + rope_tables
-    norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0.0
+    # HF builds the sliding-window mask beside the causal one (masking_utils create_sliding_window_causal_mask,
+    # Gemma2Model.forward's mask mapping); eager computes the full s x s scores and masks them
+    sliding_mask = causal_mask if model.num_sliding_layers else 0.0
+    per_stage_fixed = causal_mask + sliding_mask + rope_tables
+    norm_extra = unfused_norm_extra(model, recipe, h, resid)
     final_norm_input = tokens * (resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
     head_input = tokens * act * h / sp_divisor  # the LM head's linear keeps its input
     target_ids = tokens * INDEX_BYTES  # the loss keeps a contiguous copy of the shifted targets
@@ -650,6 +745,10 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
 
     # -- loss / LM-head buffers at the start of backward (last stage) --
     loss_buffers = tokens * V / t * loss_bytes_per_logit(recipe, training.loss_chunks)
+    if model.final_logit_softcapping is not None:
+        # Gemma2ForCausalLM.forward: logits / cap, tanh, * cap before the loss: tanh's saved output (compute dtype)
+        # is alive through the loss' backward
+        loss_buffers = loss_buffers + tokens * V / t * act
     head_grad_params = V * h / t
     head_grad = head_grad_params * HEAD_GRAD_COMPUTE_BYTES  # bf16 weight gradient from the head's matmul ...
     if ps.param_bytes != HEAD_GRAD_COMPUTE_BYTES:
