@@ -427,13 +427,16 @@ def _qk_norm_bytes(model: ModelSpec, recipe: Recipe, act: int) -> float:
     """Bytes per token q_norm and k_norm save (split by t): the fp32 rstd per normalised row (per head: Qwen3,
     Gemma-3 `q_norm = RMSNorm(head_dim)`; per token: OLMo-2's whole-projection norm). A fused norm's input is a
     view of the fused QKV output and its output is consumed by RoPE (which saves only cos / sin), so nothing else;
-    an unfused one (HF) keeps its fp32 copy and normalised tensor (`unfused_norm_extra`), the projection output in
-    the compute dtype being its input."""
+    an unfused one (HF Qwen3RMSNorm, Olmo2RMSNorm, Gemma3RMSNorm) keeps its fp32 copy and normalised tensor
+    (`unfused_norm_extra` beyond a fused kernel's input, which separate q_proj / k_proj outputs do not otherwise
+    keep)."""
     if model.qk_norm == "none":
         return 0.0
     rows = model.num_heads + model.kv_heads if model.qk_norm == "head" else 2
     width = model.q_dim + model.kv_dim
     extra = unfused_norm_extra(model, recipe, width, act)
+    if extra and recipe.separate_projections:
+        extra += act * width  # the fused kernel's input, which unfused_norm_extra counts as already kept
     return FP32_BYTES * rows + extra
 
 
