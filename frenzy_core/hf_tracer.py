@@ -36,6 +36,8 @@ HF_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "mistral": "MistralForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
 }
 # The config fields that carry dropout probabilities in each family (GPT-2: embeddings, residual, attention;
 # Llama/Qwen2/Mistral: attention only, they have no other dropout).
@@ -44,6 +46,8 @@ DROPOUT_FIELDS = {
     "llama": ("attention_dropout",),
     "qwen2": ("attention_dropout",),
     "mistral": ("attention_dropout",),
+    "qwen3": ("attention_dropout",),
+    "gemma2": ("attention_dropout",),
 }
 ATTENTION_IMPLEMENTATION = {"eager": "eager", "flash": "sdpa"}
 # The CPU/CUDA differences cuda_semantics() neutralises (module docstring, items 1-4); all of them by default.
@@ -157,6 +161,9 @@ def _check(config: dict, training: TrainingSpec) -> None:
         raise SpecError("global_batch", f"{training.global_batch} is not divisible by micro_batch {training.micro_batch}")
     if training.zero_stage or training.distributed_optimizer or training.recompute != "none" or training.sequence_parallel:
         raise SpecError("training", "the HF tracer runs one unsharded GPU without recomputation (zero_stage=0)")
+    if config["model_type"] == "gemma2" and training.attention == "flash":
+        # modeling_gemma2.py Gemma2PreTrainedModel: _supports_sdpa = False (SDPA cannot soft-cap the scores)
+        raise SpecError("attention", "transformers' Gemma2 has no SDPA path (soft-capping); trace it with eager")
     if training.precision not in ("amp", "bf16-master"):
         raise SpecError("precision", f"the HF tracer supports amp and bf16-master, got {training.precision!r}")
     if training.optimizer not in ("adamw", "adamw-fused"):

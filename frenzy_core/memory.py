@@ -377,18 +377,103 @@ class _LayerActivations:
     routed: float = 0.0  # MoE: copies of routed tokens, gathered over the tp group by the dispatcher: never / t
 
 
-def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None) -> _LayerActivations:
+def unfused_norm_extra(model: ModelSpec, recipe: Recipe, width: int, input_bytes: int) -> float:
+    """Bytes per token an unfused RMSNorm of `width` saves beyond a fused kernel (which keeps its input and rstd).
+
+    transformers LlamaRMSNorm.forward (Qwen3, OLMo-2, DeepSeek alike): x.to(float32), then
+    `weight * (x * rsqrt(...)).to(input_dtype)`: the fp32 copy (the input itself when it is fp32) and the normalised
+    tensor in the input's dtype: FP32 x width more than input + rstd. Gemma2RMSNorm / Gemma3RMSNorm.forward:
+    `self._norm(x.float()) * (1.0 + self.weight.float())`: the fp32 copy and the fp32 normalised tensor, while the
+    input itself is not kept: (2 FP32 - input) x width. Gemma-2/3 are the sandwich-norm families.
+    """
+    if not (recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm"):
+        return 0.0
+    if model.norm_placement == "sandwich":  # Gemma's (1 + weight) norm, computed in fp32
+        return (2 * FP32_BYTES - input_bytes) * width
+    return FP32_BYTES * width
+
+
+def _mla_attention(model: ModelSpec, recipe: Recipe, act: int, autocast_inputs: bool, flash: bool):
+    """(replicated, split) bytes per token that multi-head latent attention saves, before the s^2 score terms.
+
+    transformers/models/deepseek_v3/modeling_deepseek_v3.py DeepseekV3Attention.forward / expand_kv (v5.24):
+    q_a_proj (or q_proj) and kv_a_proj_with_mqa each keep the layer input (each its own autocast cast); the q latent
+    (q_a output) is kept by q_a_layernorm and its normalised copy by q_b_proj; the kv_a output (kv latent + the
+    shared rope key) by kv_a_layernorm (an unfused norm keeps its fp32 copy instead, freeing the rope slice) and the
+    normalised latent by kv_b_proj. The latents are replicated across tensor-parallel ranks (Megatron MLA's down
+    projections are not split). Per head (split by t): kv_b's output a x (nope + v) (v is a view of it), the
+    concatenated query and the key built by new_empty + copy_ (a x (nope + rope) each; the rotated parts are only
+    copied, not saved), the attention output a x v (flash) or its contiguous copy (eager).
+    """
+    h, a = model.hidden_size, model.num_heads
+    r_kv, rope, nope, v = model.kv_lora_rank, model.qk_rope_head_dim, model.qk_nope_head_dim, model.v_head_dim
+    rstd = FP32_BYTES  # one fp32 rstd per token per latent norm
+    down_inputs = act * h * (2 if autocast_inputs else 1)
+    replicated = down_inputs
+    if model.q_lora_rank is not None:
+        r_q = model.q_lora_rank
+        replicated += act * r_q + rstd + unfused_norm_extra(model, recipe, r_q, act) + act * r_q
+    unfused = recipe.unfused_rmsnorm
+    kv_a_output = act * (r_kv + (0 if unfused else rope))
+    replicated += kv_a_output + rstd + unfused_norm_extra(model, recipe, r_kv, act) + act * r_kv
+    kv_b_output = act * a * (nope + v)
+    query_key = act * (model.q_dim + model.kv_dim)
+    output = act * model.attention_output_dim  # flash output, or eager's contiguous context copy
+    lse = FP32_BYTES * a if flash else 0
+    return replicated, kv_b_output + query_key + output + lse
+
+
+def _qk_norm_bytes(model: ModelSpec, recipe: Recipe, act: int) -> float:
+    """Bytes per token q_norm and k_norm save (split by t): the fp32 rstd per normalised row (per head: Qwen3,
+    Gemma-3 `q_norm = RMSNorm(head_dim)`; per token: OLMo-2's whole-projection norm). A fused norm's input is a
+    view of the fused QKV output and its output is consumed by RoPE (which saves only cos / sin), so nothing else;
+    an unfused one (HF Qwen3RMSNorm, Olmo2RMSNorm, Gemma3RMSNorm) keeps its fp32 copy and normalised tensor
+    (`unfused_norm_extra` beyond a fused kernel's input, which separate q_proj / k_proj outputs do not otherwise
+    keep)."""
+    if model.qk_norm == "none":
+        return 0.0
+    rows = model.num_heads + model.kv_heads if model.qk_norm == "head" else 2
+    width = model.q_dim + model.kv_dim
+    extra = unfused_norm_extra(model, recipe, width, act)
+    if extra and recipe.separate_projections:
+        extra += act * width  # the fused kernel's input, which unfused_norm_extra counts as already kept
+    return FP32_BYTES * rows + extra
+
+
+def _mlp_inner_bytes(model: ModelSpec, recipe: Recipe, act: int, inner: int, autocast_inputs: bool) -> float:
+    """Bytes per token an MLP of inner width `inner` saves between its first and its last linear."""
+    if model.mlp_kind == "swiglu":
+        fused_gate_up = act * 2 * inner  # kept by SiLU (gate half) and by the product (up half)
+        silu_output = act * inner
+        product = act * inner  # input of the down projection
+        return fused_gate_up + silu_output + product
+    if recipe.unfused_gelu_tanh and model.position_kind == "learned":
+        # transformers activations.py NewGELUActivation (GPT-2's gelu_new): pow (fp32 under CUDA autocast) saves
+        # its input cast, tanh saves its output, the final mul saves 0.5*x and (1 + tanh); c_proj keeps its input
+        upcast = FP32_BYTES if autocast_inputs else act
+        return 3 * upcast * inner + 2 * act * inner
+    fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
+    gelu_output = act * inner  # fc2 input (K.: 8sbh)
+    return fc1_output + gelu_output
+
+
+def layer_activations(
+    model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None, moe_layer: bool | None = None
+) -> _LayerActivations:
     """Per-token activation bytes of one layer (before dividing by t), named term by term.
 
     Korthikanti Table 2 for GPT-style layers assumes bf16 everywhere and GELU 4h: 34 sbh + 5 a s^2 b. The terms
     here follow what the traced PyTorch step keeps (docs/memory.md): the residual stream has the parameters' dtype
     (fp32 under AMP), each block's first linear saves a compute-dtype copy of the norm output, flash attention saves
     q, k, v, its output and an fp32 log-sum-exp, eager attention saves fp32 softmax probabilities plus their bf16 copy.
-    The recipe changes the terms its framework's code changes (frenzy_core.recipes).
+    The recipe changes the terms its framework's code changes (frenzy_core.recipes). `moe_layer` picks a dense or
+    an MoE layer of an MoE model (default: MoE for MoE models).
     """
     recipe = recipe or get_recipe(training.framework)
+    moe_layer = model.is_moe if moe_layer is None else moe_layer and model.is_moe
     ps = recipe.precision_setup(training.precision)
     h, a, q, kv, ffn = model.hidden_size, model.num_heads, model.q_dim, model.kv_dim, model.ffn
+    vd, o = model.v_dim, model.attention_output_dim  # value width; context width (the output projection's input)
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     dropout = training.dropout > 0
@@ -397,29 +482,34 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
     autocast_inputs = recipe.autocast and ps.compute_copy_bytes > 0
     separate_qkv = recipe.separate_projections and model.position_kind == "rotary"  # GPT-2's c_attn is fused
     # transformers LlamaRMSNorm.forward: the fp32 normalised tensor, saved by `weight * (...)`
-    norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0
+    norm_extra = unfused_norm_extra(model, recipe, h, resid)
 
     # -- attention block --
     attn_norm_input = resid * h  # LayerNorm/RMSNorm keeps its input: the residual stream (K. Table 2: 2sbh at bf16)
     attn_norm_stats = norm_stats + norm_extra  # mean/rstd (LayerNorm) or rstd (RMSNorm), fp32 per token
     qkv_input = act * h * (3 if separate_qkv and autocast_inputs else 1)  # the QKV linear keeps its input (K.: 2sbh)
     proj_dropout_mask = MASK_BYTES * h if dropout else 0  # residual dropout after the output projection (K.: sbh)
+    if model.is_mla:
+        qkv_input, mla_split = _mla_attention(model, recipe, act, autocast_inputs, training.attention == "flash")
     if training.attention == "flash":
         rotary = model.position_kind == "rotary"
         # q, k, v saved by flash attention; fused QKV: views of its output, which stays whole. Separate q/k/v with
         # RoPE: only v survives (q and k are replaced by their rotated copies, modeling_llama apply_rotary_pos_emb)
-        qkv_output = act * kv if separate_qkv and rotary else act * (q + 2 * kv)
+        qkv_output = act * vd if separate_qkv and rotary else act * (q + kv + vd)
         rope_copies = act * (q + kv) if rotary else 0  # rotated q and k are new tensors
-        flash_output = act * q  # flash output; the output projection keeps the same storage as its input
+        flash_output = act * o  # flash output; the output projection keeps the same storage as its input
         flash_lse = FP32_BYTES * a  # log-sum-exp, a*s*b fp32 (FlashAttention-2, Dao 2023)
         attention_split = qkv_output + rope_copies + flash_output + flash_lse
         attention_scores = 0.0
+        if model.is_mla:
+            attention_split = mla_split
     else:
         # Batched matmuls on head-major tensors: q, k, v are copied out of the fused QKV (or rotated, or widened by
         # GQA's repeat_kv): three full-width tensors (K.: Q, K 4sbh + V 2sbh).
-        qk_v_copies = 3 * act * q
-        context_copy = act * q  # (b, a, s, d) -> (b, s, h) copy kept by the output projection (K.: 2sbh)
-        attention_split = qk_v_copies + context_copy
+        # GQA's repeat_kv widens k to num_heads x head_dim (= q_dim) and v to num_heads x value_head_dim (= o).
+        qk_v_copies = act * (2 * q + o)
+        context_copy = act * o  # (b, a, s, d_v) -> (b, s, a d_v) copy kept by the output projection (K.: 2sbh)
+        attention_split = mla_split if model.is_mla else qk_v_copies + context_copy
         gpt2_bf16_softmax = (
             recipe.gpt2_softmax_in_input_dtype and model.position_kind == "learned" and not autocast_inputs
         )
@@ -432,15 +522,18 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
             softmax_probs = FP32_BYTES * a  # softmax output, fp32 as CUDA autocast computes it (K.: 2as^2b at bf16)
             probs_compute = act * a  # its compute-dtype copy (or dropout output) that the PV matmul keeps
         probs_dropout_mask = MASK_BYTES * a if dropout else 0  # K.: as^2b
-        attention_scores = softmax_probs + probs_compute + probs_dropout_mask
+        # Gemma-2 eager_attention_forward: scores / cap, tanh, * cap before the mask: tanh saves its output
+        softcap_tanh = act * a if model.attn_logit_softcapping is not None else 0
+        attention_scores = softmax_probs + probs_compute + probs_dropout_mask + softcap_tanh
         if training.recompute == "selective":  # Korthikanti Sec. 5: recompute the attention core, drop the s^2 terms
             attention_scores = 0.0
+    attention_split += _qk_norm_bytes(model, recipe, act)
     # -- MLP block --
     mlp_norm_input = resid * h
     mlp_norm_stats = norm_stats + norm_extra
     fc1_input = act * h  # K.: 2sbh
     mlp_dropout_mask = MASK_BYTES * h if dropout else 0  # K.: sbh
-    if model.is_moe:
+    if moe_layer:
         inner, experts_per_token = model.expert_ffn, model.moe_top_k
         router_probs = FP32_BYTES * model.num_experts  # fp32 router softmax (Megatron / HF Mixtral)
         # each routed copy of the token's input, kept by the expert's first linear, and the expert's output, kept by
@@ -449,25 +542,24 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         # (MoEAllGatherTokenDispatcher / alltoall over tp x ep), so t does not divide them
         dispatched_input = act * h
         expert_output = act * h
+        router_probs += INDEX_BYTES * model.moe_top_k  # topk (gather) saves the chosen experts' int64 indices
+        if recipe.fp32_router_input and model.is_mla and not autocast_inputs:
+            # DeepseekV2/V3 router: F.linear(hidden_states.type(torch.float32), ...): without autocast the fp32 copy
+            # of the compute-dtype input is what the linear saves (under AMP the input already is fp32)
+            router_probs += FP32_BYTES * h
     else:
         inner, experts_per_token = ffn, 1
         router_probs = dispatched_input = expert_output = 0
-    if model.mlp_kind == "swiglu":
-        if recipe.separate_projections and autocast_inputs:
-            fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
-        fused_gate_up = act * 2 * inner  # kept by SiLU (gate half) and by the product (up half)
-        silu_output = act * inner
-        product = act * inner  # input of the down projection
-        mlp_inner = fused_gate_up + silu_output + product
-    elif recipe.unfused_gelu_tanh and model.position_kind == "learned":
-        # transformers activations.py NewGELUActivation (GPT-2's gelu_new): pow (fp32 under CUDA autocast) saves
-        # its input cast, tanh saves its output, the final mul saves 0.5*x and (1 + tanh); c_proj keeps its input
-        upcast = FP32_BYTES if autocast_inputs else act
-        mlp_inner = 3 * upcast * inner + 2 * act * inner
-    else:
-        fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
-        gelu_output = act * inner  # fc2 input (K.: 8sbh)
-        mlp_inner = fc1_output + gelu_output
+    if model.mlp_kind == "swiglu" and recipe.separate_projections and autocast_inputs:
+        fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
+    mlp_inner = _mlp_inner_bytes(model, recipe, act, inner, autocast_inputs)
+    shared_experts = 0.0
+    if moe_layer and model.num_shared_experts:
+        # DeepseekV3MoE.shared_experts: a dense MLP of n_shared x moe_intermediate_size on every token; under
+        # autocast its gate/up linears cast the norm output again (one cast fused, two separate)
+        shared_inner = model.num_shared_experts * model.expert_ffn
+        casts = (2 if recipe.separate_projections and model.mlp_kind == "swiglu" else 1) if autocast_inputs else 0
+        shared_experts = act * h * casts + _mlp_inner_bytes(model, recipe, act, shared_inner, autocast_inputs)
     if training.lora_rank:
         # Frozen linears save no input for a weight gradient (autograd saves mm's `self` only when the weight needs
         # a gradient); a LoRA adapter's lora_A keeps its input and lora_B the r-wide x A (peft/tuners/lora/layer.py
@@ -487,10 +579,19 @@ def layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe |
         qkv_input = FP8_BYTES * h
         fc1_input = FP8_BYTES * h
         mlp_inner = mlp_inner - (act - FP8_BYTES) * inner
-        attention_split += FP8_BYTES * q
-    mlp_split = experts_per_token * mlp_inner + router_probs
+        attention_split += FP8_BYTES * o
+    mlp_split = experts_per_token * mlp_inner + router_probs + shared_experts
     routed = experts_per_token * (dispatched_input + expert_output)
 
+    # Norms on the sublayers' outputs (compute dtype): Gemma-2/3 post_attention_layernorm and
+    # post_feedforward_layernorm on top of the input norms (Gemma2DecoderLayer.forward); OLMo-2 has only these two
+    # (Olmo2DecoderLayer.forward), so its residual stream is kept only as the q/k/v linears' input.
+    post_norm = act * h + norm_stats + unfused_norm_extra(model, recipe, h, act)
+    if model.norm_placement == "post":
+        attn_norm_input = mlp_norm_input = 0
+        attn_norm_stats = mlp_norm_stats = post_norm
+    elif model.norm_placement == "sandwich":
+        attn_norm_stats, mlp_norm_stats = attn_norm_stats + post_norm, mlp_norm_stats + post_norm
     replicated = attn_norm_input + attn_norm_stats + qkv_input + proj_dropout_mask
     replicated += mlp_norm_input + mlp_norm_stats + fc1_input + mlp_dropout_mask
     return _LayerActivations(
@@ -517,6 +618,29 @@ def model_state_bytes(
     return weights, gradients, optimizer
 
 
+def _stage_layers(model: ModelSpec, p, stage):
+    """(dense layers, MoE layers) on pipeline stage `stage` of p: layers stage x l/p, ..., (stage + 1) x l/p - 1,
+    as `ModelSpec.layers_parameters(start, stop)` splits them (DeepSeek's first_k_dense layers sit on stage 0)."""
+    n = model.num_layers / np.asarray(p, dtype=np.float64)
+    if not model.is_moe:
+        return n, 0.0 * n
+    start = np.asarray(stage, dtype=np.float64) * n
+    dense = np.clip(model.first_k_dense - start, 0.0, n)
+    return dense, n - dense
+
+
+def _layer_weights(model: ModelSpec, t, ep=1):
+    """(dense layer, MoE layer) parameters per GPU: linears split by t, routed experts by ep x t, the two hidden-size
+    norms replicated. With t = ep = 1 these are `layer_parameters` of a dense and of an MoE layer."""
+    norms = 2 * model.norm_parameters()
+    dense = (model.attention_parameters() + model.dense_mlp_parameters()) / t + norms
+    if not model.is_moe:
+        return dense, dense
+    routed = model.routed_expert_parameters()
+    moe = (model.attention_parameters() + model.moe_mlp_parameters() - routed) / t + routed / (ep * t) + norms
+    return dense, moe
+
+
 def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
     """(dense parameters, expert parameters, autocast-castable parameters) on pipeline stage `stage` of p.
 
@@ -525,24 +649,40 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
     tied embeddings and p > 1 the last stage keeps its own copy of the word embedding (Megatron
     `setup_embeddings_and_output_layer`). Biases of row-parallel linears are replicated in Megatron; counting them
     split by t is off by h per layer (negligible). MoE experts are split over ep x t (Megatron's expert parallelism,
-    expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router by t.
+    expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router and shared
+    experts by t. Each stage counts its own layers (`_stage_layers`): dense-first MoE models differ per stage.
     """
-    h, V, num_layers = model.hidden_size, model.vocab_size, model.num_layers
-    experts = model.mlp_parameters() - h * model.num_experts if model.is_moe else 0  # without the router
-    layer_split = model.attention_parameters() + model.mlp_parameters() - experts
+    h, V = model.hidden_size, model.vocab_size
+    n_dense, n_moe = _stage_layers(model, p, stage)
+    routed = model.routed_expert_parameters() if model.is_moe else 0
+    dense_layer, moe_layer = _layer_weights(model, t)  # ep = 1: the routed experts are added below, split by ep
+    moe_layer_no_experts = moe_layer - routed / t
     layer_replicated = 2 * model.norm_parameters()
     word_embedding = V * h
     positions = model.embedding_parameters() - word_embedding
     final_norm = model.norm_parameters()
     first, last, single = stage == 0, stage == p - 1, p == 1
-    layers = (num_layers / p) * (layer_split / t + layer_replicated)
+    layers = n_dense * dense_layer + n_moe * moe_layer_no_experts
     # the LM head: an untied one, or the last stage's copy of a tied one (p == 1: the embedding itself)
     own_head = np.where(model.tie_embeddings & single, 0.0, word_embedding / t)
     params = layers + np.where(first, word_embedding / t + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
     # autocast casts the linears and the LM head's weight (tied: the embedding matrix, used by F.linear)
-    expert_params = (num_layers / p) * experts / (ep * t)
-    castable = (num_layers / p) * layer_split / t + expert_params + np.where(last, word_embedding / t, 0.0)
+    expert_params = n_moe * routed / (ep * t)
+    castable = (
+        n_dense * (dense_layer - layer_replicated) + n_moe * (moe_layer_no_experts - layer_replicated)
+        + expert_params + np.where(last, word_embedding / t, 0.0)
+    )
     return params, expert_params, castable
+
+
+def _candidate_stages(model: ModelSpec, p):
+    """Stages that bound every stage's peak: the first (most micro-batches in flight), the last (LM head), and for
+    dense-first MoE models the stage holding layer first_k_dense and the next (the first stages with MoE layers)."""
+    stages = [np.zeros(np.shape(p)), p - 1]
+    if model.is_moe and model.first_k_dense:
+        boundary = np.floor(model.first_k_dense / (model.num_layers / p))
+        stages[1:1] = [np.minimum(boundary, p - 1), np.minimum(boundary + 1, p - 1)]
+    return tuple(stages)
 
 
 def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1):
@@ -565,22 +705,30 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     offload = training.offload
 
     # -- activations per micro-batch --
-    layer = layer_activations(model, training, recipe)
-    layer_bytes = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
     full_recompute = training.recompute in ("full", "op-sac")  # layers recomputed in backward, one at a time
-    if training.recompute == "full":
-        # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the layer
-        # being recomputed in backward holds its full set once (phase "backward-recompute").
-        kept_layer = tokens * resid * h / sp_divisor
-    elif training.recompute == "op-sac":
-        sac = op_sac_layer_activations(model, training, recipe)
-        kept_layer = tokens * (sac.replicated / sp_divisor + sac.split / t)
-    else:
-        kept_layer = layer_bytes
-    if full_recompute and training.recompute_every > 1:
-        # only every k-th layer is checkpointed (torchtitan ac_freq, apply_ac); the others keep their full set
-        k = training.recompute_every
-        kept_layer = kept_layer / k + layer_bytes * (1 - 1 / k)
+
+    def layer_terms(moe_layer: bool):
+        """(all activations of one layer, what it keeps until its backward), bytes per micro-batch."""
+        layer = layer_activations(model, training, recipe, moe_layer)
+        full = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
+        if training.recompute == "full":
+            # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the
+            # layer being recomputed in backward holds its full set once (phase "backward-recompute").
+            kept = tokens * resid * h / sp_divisor
+        elif training.recompute == "op-sac":
+            sac = op_sac_layer_activations(model, training, recipe, moe_layer)
+            kept = tokens * (sac.replicated / sp_divisor + sac.split / t)
+        else:
+            kept = full
+        if full_recompute and training.recompute_every > 1:
+            # only every k-th layer is checkpointed (torchtitan ac_freq, apply_ac); the others keep their full set
+            k = training.recompute_every
+            kept = kept / k + full * (1 - 1 / k)
+        return full, kept
+
+    moe_terms = layer_terms(True) if model.is_moe else None
+    dense_terms = layer_terms(False) if model.num_dense_layers else moe_terms
+    moe_terms = moe_terms or dense_terms
     token_ids = tokens * INDEX_BYTES  # the micro-batch's int64 token ids, kept by the embedding's backward
     embedding_dropout_mask = tokens * MASK_BYTES * h / sp_divisor if training.dropout > 0 else 0.0
     per_micro_batch_fixed = token_ids + embedding_dropout_mask
@@ -588,8 +736,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     # its rotary table and fuses the causal mask (with one micro-batch in flight, as traced, this is exact).
     causal_mask = s * s / c * MASK_BYTES if training.attention == "eager" else 0.0  # one bool s x s (this GPU's rows)
     rope_tables = 2 * s * model.head_dim * BF16_BYTES if model.position_kind == "rotary" else 0.0  # cos and sin
-    per_stage_fixed = causal_mask + rope_tables
-    norm_extra = FP32_BYTES * h if recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" else 0.0
+    # HF builds the sliding-window mask beside the causal one (masking_utils create_sliding_window_causal_mask,
+    # Gemma2Model.forward's mask mapping); eager computes the full s x s scores and masks them
+    sliding_mask = causal_mask if model.num_sliding_layers else 0.0
+    per_stage_fixed = causal_mask + sliding_mask + rope_tables
+    norm_extra = unfused_norm_extra(model, recipe, h, resid)
     final_norm_input = tokens * (resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
     head_input = tokens * act * h / sp_divisor  # the LM head's linear keeps its input
     target_ids = tokens * INDEX_BYTES  # the loss keeps a contiguous copy of the shifted targets
@@ -597,6 +748,10 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
 
     # -- loss / LM-head buffers at the start of backward (last stage) --
     loss_buffers = tokens * V / t * loss_bytes_per_logit(recipe, training.loss_chunks)
+    if model.final_logit_softcapping is not None:
+        # Gemma2ForCausalLM.forward: logits / cap, tanh, * cap before the loss: tanh's saved output (compute dtype)
+        # is alive through the loss' backward
+        loss_buffers = loss_buffers + tokens * V / t * act
     head_grad_params = V * h / t
     head_grad = head_grad_params * HEAD_GRAD_COMPUTE_BYTES  # bf16 weight gradient from the head's matmul ...
     if ps.param_bytes != HEAD_GRAD_COMPUTE_BYTES:
@@ -605,13 +760,18 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         head_grad = 0.0
     head_grad = head_grad + tokens * act * h / t  # the gradient w.r.t. the head's input
 
-    if stages is None:  # the first and the last stage bound every stage (a middle one has fewer of both)
-        stages = (np.zeros(np.shape(p)), p - 1)
+    if stages is None:  # these stages bound every stage (a middle one has fewer of both)
+        stages = _candidate_stages(model, p)
     candidates = []
     for stage in stages:
         last = stage == p - 1
         in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
         layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage)
+        # the stage's mix of dense and MoE layers (DeepSeek: first_k_dense dense layers on the first stages)
+        n_dense, n_moe = _stage_layers(model, p, stage)
+        moe_share = n_moe / (n_dense + n_moe)
+        layer_bytes = np.where(n_moe > 0, np.maximum(dense_terms[0], moe_terms[0]), dense_terms[0])  # recomputed
+        kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
         params, expert_params, castable = _stage_parameters(model, t, p, stage, e)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
         acts = acts + np.where(last, head_activations, 0)
@@ -651,7 +811,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage == 0
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
@@ -700,7 +860,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
     return ps.compute_copy_bytes if recipe.autocast else 0
 
 
-def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep=1, first=False):
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -713,19 +873,21 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
-    experts = model.mlp_parameters() - model.hidden_size * model.num_experts if model.is_moe else 0
-    layer_castable = (model.attention_parameters() + model.mlp_parameters() - experts) / t + experts / (ep * t)
+    n_dense, n_moe = _stage_layers(model, p, stage)
+    dense_layer, moe_layer = _layer_weights(model, t, ep)
+    largest = np.where(n_moe > 0, np.maximum(dense_layer, moe_layer), dense_layer)  # the stage's largest layer
+    layer_castable = largest - 2 * model.norm_parameters()
     if zero < 3:
         at_backward_start = (head if full_recompute else castable) * copy_bytes
         return at_backward_start, layer_castable * copy_bytes
-    layer_weights = layer_castable + 2 * model.norm_parameters()
-    stage_layer_weights = (model.num_layers / p) * layer_weights
-    gathered = np.minimum(recipe.zero3_gathered_layers * layer_weights, stage_layer_weights)
+    # ZeRO-3 / FSDP gather whole layers: the largest one (ModelSpec.max_layer_parameters at t = ep = 1)
+    stage_layer_weights = n_dense * dense_layer + n_moe * moe_layer
+    gathered = np.minimum(recipe.zero3_gathered_layers * largest, stage_layer_weights)
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
         embedding = model.vocab_size * model.hidden_size / t  # tied and p == 1: the head already counted it
-        head = head + np.where(first & (~last | (not model.tie_embeddings)), embedding, 0.0)
+        head = head + np.where((stage == 0) & (~last | (not model.tie_embeddings)), embedding, 0.0)
     return (gathered + head) * ps.activation_bytes, 0.0 * gathered
 
 
@@ -791,7 +953,9 @@ def in_flight_layers(num_layers: int, p, vp, micro_batches, stage):
     return np.where(vp > 1, interleaved, plain)
 
 
-def op_sac_layer_activations(model: ModelSpec, training: TrainingSpec, recipe: Recipe) -> _LayerActivations:
+def op_sac_layer_activations(
+    model: ModelSpec, training: TrainingSpec, recipe: Recipe, moe_layer: bool | None = None
+) -> _LayerActivations:
     """Per-token bytes one layer keeps under per-op selective AC (torchtitan selective_ac_option="op").
 
     torchtitan/models/llama3/infra/parallelize.py `_apply_ac_to_transformer_block`: the policy saves the outputs of
@@ -803,12 +967,13 @@ def op_sac_layer_activations(model: ModelSpec, training: TrainingSpec, recipe: R
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     h, q, kv, a = model.hidden_size, model.q_dim, model.kv_dim, model.num_heads
-    inner = model.expert_ffn * model.moe_top_k if model.is_moe else model.ffn
+    moe_layer = model.is_moe if moe_layer is None else moe_layer and model.is_moe
+    inner = model.expert_ffn * model.moe_top_k if moe_layer else model.ffn
     mlp_widths = [inner, inner, h] if model.mlp_kind == "swiglu" else [inner, h]
-    widths = [q, kv, kv, h, *mlp_widths]  # mm outputs in forward order
+    widths = [q, kv, model.v_dim, h, *mlp_widths]  # mm outputs in forward order
     kept = widths[0::2]  # the 1st, 3rd, 5th, ... mm of the block
     block_input = resid * h
-    attention_output = act * q + FP32_BYTES * a  # SDPA output and log-sum-exp
+    attention_output = act * model.attention_output_dim + FP32_BYTES * a  # SDPA output and log-sum-exp
     last_is_h = 1 if kept[-1] == h and len(widths) % 2 == 1 else 0  # w2's output: replicated, like the input
     split = act * (sum(kept) - last_is_h * h) + attention_output
     return _LayerActivations(replicated=block_input + act * h * last_is_h, split=split, scores=0.0)

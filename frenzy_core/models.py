@@ -315,6 +315,10 @@ class ModelSpec(BaseModel):
         shared = self._mlp_parameters(self.num_shared_experts * self.expert_ffn) if self.num_shared_experts else 0
         return shared + self.hidden_size * self.num_experts
 
+    def routed_expert_parameters(self) -> int:
+        """The routed experts of one MoE layer (what expert parallelism splits): num_experts x one expert MLP."""
+        return self.num_experts * self._mlp_parameters(self.expert_ffn) if self.is_moe else 0
+
     def moe_mlp_parameters(self) -> int:
         """An MoE block: every routed expert, the shared experts and the router."""
         return self.num_experts * self._mlp_parameters(self.expert_ffn) + self._shared_and_router() + self._post_ffn_norm()

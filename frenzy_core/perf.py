@@ -65,9 +65,10 @@ def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
     """Model FLOPs of one optimizer step (forward + backward, plus recomputation), after Narayanan 2021 eq. 3.
 
     per token:  6 x (layer weights + LM head)            weights: 2 forward + 4 backward FLOPs each
-              + 12 x l x h x s                           attention scores and context, forward + backward
-    recompute:  full      + 2 x layer weights + 4 l h s   (one more forward of every layer; LM head not recomputed)
-                selective + 4 l h s                       (the attention core only, Korthikanti et al. 2022)
+              + 6 x a (d_qk + d_v) x keys                attention scores and context, forward + backward
+                                                         (= 12 l h s for d_qk = d_v = h / a; keys: attended_keys)
+    recompute:  full      + 2 x layer weights + 2 a (d_qk + d_v) keys   (one more forward; LM head not recomputed)
+                selective + 2 a (d_qk + d_v) keys         (the attention core only, Korthikanti et al. 2022)
 
     >>> from frenzy_core.models import ZOO
     >>> f"{training_flops_per_step(ZOO['gpt2'], TrainingSpec(seq_len=1024, global_batch=8)):.4g}"
@@ -78,9 +79,13 @@ def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
     active_layer = model.attention_parameters() + model.active_mlp_parameters() + 2 * model.norm_parameters()
     layer_weights = layers * active_layer
     head_weights = model.vocab_size * model.hidden_size
-    # Attention width: query heads x head_dim (= h); GQA shrinks K/V projections, not the score/context matmuls.
-    attn_width = model.num_heads * model.head_dim
-    attn_fwd_per_token = ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH * layers * attn_width * training.seq_len
+    # Attention core: QK^T over query heads x q/k head width, scores x V over heads x value width (GQA shrinks K/V
+    # projections, not these matmuls; MLA: qk_nope + qk_rope, then v_head_dim). 2 FLOPs per multiply-add each, i.e.
+    # 4 s h per layer and token when both widths are h / a (Narayanan's term).
+    score_context_width = model.num_heads * (model.head_dim + model.value_head_dim)
+    attn_fwd_per_token = ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH / 2 * score_context_width * attended_keys(
+        model, training
+    )
 
     weights_fwd_bwd = FLOPS_PER_PARAM_TOKEN * (layer_weights + head_weights)
     attention_fwd_bwd = 3 * attn_fwd_per_token
@@ -91,6 +96,21 @@ def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
     else:
         recompute = 0
     return float(tokens) * (weights_fwd_bwd + attention_fwd_bwd + recompute)
+
+
+def attended_keys(model: ModelSpec, training: TrainingSpec) -> int:
+    """Keys each query's score and context matmuls run over, summed over layers: s per full-attention layer;
+    under flash attention a sliding-window layer computes only its window (flash_attn window_size), while eager
+    attention computes all s x s scores and masks them (HF sliding-window mask), so it still costs s.
+
+    >>> from frenzy_core.models import ZOO
+    >>> attended_keys(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8))  # 12 layers x 1024
+    12288
+    """
+    s = training.seq_len
+    sliding = model.num_sliding_layers if training.attention == "flash" else 0
+    window = min(s, model.sliding_window or s)
+    return (model.num_layers - sliding) * s + sliding * window
 
 
 # --- step time ------------------------------------------------------------------------------------------------------

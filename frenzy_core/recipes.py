@@ -52,6 +52,7 @@ class Recipe:
     grads_alive_at_peak: bool  # the (sharded) gradients of the previous step or micro-batch are counted at the peak
     reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
     max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
+    fp32_router_input: bool = False  # the MoE router casts its input to fp32 first (HF DeepSeek-V2/V3 routers)
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -104,6 +105,9 @@ RECIPES: dict[str, Recipe] = {
         # modeling_gpt2.py eager_attention_forward: nn.functional.softmax(attn_weights, dim=-1), then
         # .type(value.dtype): fp32 + a bf16 copy under autocast, one bf16 tensor with bf16 params
         gpt2_softmax_in_input_dtype=True,
+        # deepseek_v3/modeling_deepseek_v3.py DeepseekV3TopkRouter.forward (deepseek_v2: DeepseekV2Moe's gate alike):
+        # F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
+        fp32_router_input=True,
     ),
     # megatron/core (transformer_impl=transformer_engine): bf16 params, fp32 main grads, vocab-parallel loss
     "megatron": replace(

@@ -298,8 +298,8 @@ def _build_model(torch, spec: ModelSpec, training: TrainingSpec, dtype):
             self.norm1 = Norm()
             # One fused QKV projection (Megatron's linear_qkv): separate q/k/v linears would make autocast cast the
             # fp32 norm output to bf16 three times and keep all three copies for backward.
-            self.qkv = nn.Linear(h, h + 2 * spec.kv_dim, bias=spec.has_qkv_bias, dtype=dtype)
-            self.proj = nn.Linear(h, h, bias=spec.bias, dtype=dtype)
+            self.qkv = nn.Linear(h, spec.q_dim + 2 * spec.kv_dim, bias=spec.has_qkv_bias, dtype=dtype)
+            self.proj = nn.Linear(spec.q_dim, h, bias=spec.bias, dtype=dtype)
             self.norm2 = Norm()
             inner = spec.ffn
             if spec.mlp_kind == "swiglu":
@@ -310,7 +310,7 @@ def _build_model(torch, spec: ModelSpec, training: TrainingSpec, dtype):
 
         def attention(self, x, rope, mask):
             bsz, s, _ = x.shape
-            q, k, v = self.qkv(x).split([h, spec.kv_dim, spec.kv_dim], dim=-1)
+            q, k, v = self.qkv(x).split([spec.q_dim, spec.kv_dim, spec.kv_dim], dim=-1)
             q = q.view(bsz, s, a, hd).transpose(1, 2)
             k = k.view(bsz, s, kv_heads, hd).transpose(1, 2)
             v = v.view(bsz, s, kv_heads, hd).transpose(1, 2)
@@ -331,7 +331,7 @@ def _build_model(torch, spec: ModelSpec, training: TrainingSpec, dtype):
                 # dropout_p=0: CUDA flash regenerates its dropout mask from a Philox seed, so dropout costs it no
                 # memory; CPU SDPA with dropout_p > 0 falls back to the math path and stores the s x s scores.
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv_heads != a)
-            out = out.transpose(1, 2).reshape(bsz, s, h)
+            out = out.transpose(1, 2).reshape(bsz, s, spec.q_dim)
             return self.proj(out)
 
         def mlp(self, x):

@@ -514,3 +514,175 @@ def test_qlora_needs_a_lora_rank():
 
     with pytest.raises(SpecError):
         make_training(base_quant="nf4")
+
+
+# --- shapes of the newer families: q, k, v and the attention output have their own widths -------------------------
+from frenzy_core.memory import _compute_copies, _stage_parameters, layer_activations  # noqa: E402
+from frenzy_core.recipes import get_recipe  # noqa: E402
+
+TINY_ROPE = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_size=96,
+                 mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", norm_kind="rmsnorm", bias=False)
+# Qwen3-0.6B's shape in small: head_dim 32 with h / a = 16, so q is 2h wide (128) and k, v are h wide (64)
+WIDE_Q = ModelSpec(name="wide-q", head_size=32, **TINY_ROPE)
+
+
+def test_layer_activations_use_q_kv_and_output_widths_by_hand():
+    amp_flash = TrainingSpec(seq_len=64, global_batch=2, precision="amp", attention="flash")
+    layer = layer_activations(WIDE_Q, amp_flash, get_recipe("pytorch"))
+    # fp32 residual (4 B) and bf16 activations (2 B), h = 64, q = 128, k = v = 64, a = 4, ffn 96
+    norms = 2 * (4 * 64 + 4 * 1)  # two RMSNorm inputs (fp32) + their fp32 rstd
+    linear_inputs = 2 * (2 * 64)  # the QKV and gate/up linears keep their bf16 input
+    assert layer.replicated == norms + linear_inputs == 776
+    qkv_out, rotated, flash_out, lse = 2 * (128 + 64 + 64), 2 * (128 + 64), 2 * 128, 4 * 4
+    swiglu = 2 * 2 * 96 + 2 * 96 + 2 * 96
+    assert layer.split == qkv_out + rotated + flash_out + lse + swiglu == 1936
+    eager = layer_activations(WIDE_Q, amp_flash.model_copy(update={"attention": "eager"}), get_recipe("pytorch"))
+    # eager: q, k and v widened by repeat_kv to 4 heads x 32, the context copy (128 wide), fp32 probs + bf16 copy
+    assert eager.split == 2 * (128 + 128 + 128) + 2 * 128 + swiglu == 1792
+    assert eager.scores == 4 * 4 + 2 * 4
+
+
+@pytest.mark.parametrize("attention", ["flash", "eager"])
+def test_a_wider_q_costs_what_the_tracer_sees(attention):
+    pytest.importorskip("torch")
+    from frenzy_core.tracer import trace_peak
+
+    narrow = ModelSpec(name="narrow-q", **TINY_ROPE)
+    training = TrainingSpec(seq_len=256, global_batch=2, micro_batch=2, precision="amp", attention=attention)
+    traced = trace_peak(WIDE_Q, training).peak_bytes - trace_peak(narrow, training).peak_bytes
+    predicted = (predict_memory(WIDE_Q, training, overhead=NO_OVERHEAD).total_bytes
+                 - predict_memory(narrow, training, overhead=NO_OVERHEAD).total_bytes)
+    assert predicted == traced  # the whole difference comes from the q / output widths (and the weights)
+
+
+# DeepSeek's layout in small: layer 0 dense (ffn 96), layers 1-3 MoE (4 experts of 32, top-2, one shared expert)
+DENSE_FIRST_MOE = ModelSpec(name="dense-first-moe", **{**TINY_ROPE, "num_layers": 4}, num_experts=4, moe_top_k=2,
+                            expert_ffn_size=32, num_shared_experts=1, first_k_dense=1)
+
+
+def test_each_pipeline_stage_holds_its_own_layers():
+    m = DENSE_FIRST_MOE
+    h, V = 64, 512
+    dense_layer = (64 * (64 + 32 + 32) + 64 * 64) + 3 * 64 * 96 + 2 * 64  # q, k, v, o + SwiGLU + 2 norms
+    moe_layer = (64 * (64 + 32 + 32) + 64 * 64) + 4 * 3 * 64 * 32 + 3 * 64 * 32 + 64 * 4 + 2 * 64
+    assert (m.layer_parameters(0), m.layer_parameters(1)) == (dense_layer, moe_layer)
+    for p, stage, layers in ((2, 0, [dense_layer, moe_layer]), (2, 1, [moe_layer, moe_layer]), (4, 0, [dense_layer])):
+        params, experts, _ = _stage_parameters(m, 1.0, np.float64(p), np.float64(stage))
+        extra = V * h if stage == 0 else 0.0
+        extra += h + V * h if stage == p - 1 else 0.0
+        assert float(params + experts) == sum(layers) + extra
+        start = stage * 4 // p
+        assert float(params + experts) - extra == m.layers_parameters(start, start + 4 // p)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_the_most_loaded_stage_is_the_reported_peak(pp):
+    # a 16-token vocabulary: no LM head to make the last stage the peak; with pp = 4 stage 0 holds only the dense
+    # layer, so stage 1 (an MoE layer, 3 micro-batches in flight) is the most loaded, neither the first nor the last
+    small_vocab = ModelSpec(**{**DENSE_FIRST_MOE.model_dump(), "vocab_size": 16})
+    training = TrainingSpec(seq_len=128, global_batch=8, micro_batch=1, precision="amp", attention="flash")
+    result = predict_memory(small_vocab, training, Parallelism(pp=pp), overhead=NO_OVERHEAD)
+    assert result.allocated_bytes == max(result.per_stage_allocated_bytes)
+    if pp == 4:
+        assert result.per_stage_allocated_bytes.index(result.allocated_bytes) == 1
+
+
+def test_zero3_gathers_the_largest_layer():
+    m = DENSE_FIRST_MOE
+    assert m.max_layer_parameters() == m.layer_parameters(1) > m.layer_parameters(0)
+    ps = get_recipe("pytorch").precision_setup("amp")
+    copies, _ = _compute_copies(m, get_recipe("pytorch"), ps, 3, 1.0, np.float64(1), 0.0, True, False, 1.0,
+                                np.float64(0))
+    # the layer computing and the one prefetched, both the largest (MoE) layer, plus the LM head, all in bf16
+    assert float(copies) == (2 * m.max_layer_parameters() + 512 * 64) * 2
+
+
+# --- family terms, each worked by hand on one small config (fp32 residual 4 B, bf16 activations 2 B, h = 64) -------
+AMP_FLASH = TrainingSpec(seq_len=64, global_batch=2, precision="amp", attention="flash")
+AMP_EAGER = AMP_FLASH.model_copy(update={"attention": "eager"})
+SWIGLU_96 = 2 * 2 * 96 + 2 * 96 + 2 * 96  # gate|up output, SiLU output, product
+PRE_NORMS = 2 * (4 * 64 + 4)  # two RMSNorm inputs (fp32 residual) + fp32 rstd
+MLA = dict(q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_kv_heads=None)
+TINY_DEEPSEEK = ModelSpec(name="tiny-deepseek", **{**TINY_ROPE, "num_layers": 4, **MLA}, num_experts=4, moe_top_k=2,
+                          expert_ffn_size=32, num_shared_experts=1, first_k_dense=1)
+
+
+def _acts(model, training, framework="pytorch", moe_layer=None):
+    return layer_activations(model, training, get_recipe(framework), moe_layer)
+
+
+def test_mla_saves_its_latents_and_expanded_heads_by_hand():
+    dense = _acts(TINY_DEEPSEEK, AMP_FLASH, moe_layer=False)
+    down_inputs = 2 * (2 * 64)  # q_a_proj and kv_a_proj_with_mqa each keep their own bf16 cast of the input
+    q_latent = 2 * 48 + 4 + 2 * 48  # q_a output (q_a_layernorm's input), rstd, q_b_proj's input
+    kv_latent = 2 * (32 + 8) + 4 + 2 * 32  # kv_a output with the rope key, rstd, kv_b_proj's input
+    assert dense.replicated == PRE_NORMS + down_inputs + q_latent + kv_latent + 2 * 64 == 1248
+    kv_b, q_and_k, out, lse = 2 * 4 * (16 + 16), 2 * 2 * 4 * (16 + 8), 2 * 4 * 16, 4 * 4
+    assert dense.split == kv_b + q_and_k + out + lse + SWIGLU_96 == 1552
+    eager = _acts(TINY_DEEPSEEK, AMP_EAGER, moe_layer=False)
+    assert eager.split == kv_b + q_and_k + out + SWIGLU_96  # context copy instead of flash output, no lse
+    assert eager.scores == 4 * 4 + 2 * 4  # fp32 probs + bf16 copy over 4 heads
+    # HF: separate gate/up casts, unfused norms: fp32 normalised residual (2 x 4h), fp32 copies of the latents,
+    # the rope slice of kv_a's output no longer kept
+    hf = _acts(TINY_DEEPSEEK, AMP_FLASH, "hf", moe_layer=False)
+    assert hf.replicated == 1248 + 2 * 64 + 2 * 4 * 64 + 4 * 48 + 4 * 32 - 2 * 8
+
+
+def test_moe_layer_counts_routed_and_shared_experts_and_the_router_by_hand():
+    moe = _acts(TINY_DEEPSEEK, AMP_FLASH, moe_layer=True)
+    expert_inner = 2 * 2 * 32 + 2 * 32 + 2 * 32  # one expert's SwiGLU of width 32
+    router = 4 * 4 + 8 * 2  # fp32 router probabilities over 4 experts + int64 indices of the top 2
+    shared = 2 * 64 + expert_inner  # its own bf16 cast of the input (autocast) + a SwiGLU of 1 x 32
+    mla = 2 * 4 * (16 + 16) + 2 * 2 * 4 * (16 + 8) + 2 * 4 * 16 + 4 * 4
+    assert moe.split == mla + 2 * expert_inner + router + shared
+    assert moe.routed == 2 * (2 * 64 + 2 * 64)  # each routed copy of the input and each expert's output
+    # HF DeepSeek router without autocast (bf16 params): F.linear on an fp32 copy of the bf16 input
+    bf16 = AMP_FLASH.model_copy(update={"precision": "bf16"})
+    extra = _acts(TINY_DEEPSEEK, bf16, "hf", moe_layer=True).split - _acts(TINY_DEEPSEEK, bf16, moe_layer=True).split
+    assert extra == 4 * 64
+    # shared experts are not split over expert parallelism: 3 MoE layers x (E x expert) routed parameters only
+    _, experts, _ = _stage_parameters(TINY_DEEPSEEK, 1.0, np.float64(1), np.float64(0), 2.0)
+    assert float(experts) == 3 * 4 * 3 * 64 * 32 / 2
+
+
+def test_qk_norm_keeps_rstd_per_head_or_per_token_by_hand():
+    qwen3 = ModelSpec(**{**WIDE_Q.model_dump(), "qk_norm": "head"})  # q 4 heads x 32, k 2 heads x 32
+    base, pt, hf = _acts(WIDE_Q, AMP_FLASH), _acts(qwen3, AMP_FLASH), _acts(qwen3, AMP_FLASH, "hf")
+    assert pt.split - base.split == 4 * (4 + 2)  # fused norm: one fp32 rstd per head row
+    hf_base = _acts(WIDE_Q, AMP_FLASH, "hf")
+    # HF Qwen3RMSNorm (unfused, after separate q_proj / k_proj): + each one's fp32 copy and bf16 normalised tensor
+    assert hf.split - hf_base.split == 4 * (4 + 2) + (4 + 2) * (128 + 64)
+    olmo2 = ModelSpec(name="tiny-olmo2", **TINY_ROPE, qk_norm="projection", norm_placement="post")
+    narrow = ModelSpec(name="narrow", **TINY_ROPE)
+    assert _acts(olmo2, AMP_FLASH).split - _acts(narrow, AMP_FLASH).split == 4 * 2  # one rstd for q, one for k
+    # OLMo-2 normalises the sublayers' bf16 outputs only: no fp32 residual kept by a norm
+    assert _acts(olmo2, AMP_FLASH).replicated == 2 * (2 * 64 + 4) + 2 * 64 + 2 * 64 == 520
+
+
+def test_gemma_sandwich_norms_and_soft_capping_by_hand():
+    gemma2 = ModelSpec(name="tiny-gemma2", **{**TINY_ROPE, "tie_embeddings": True}, norm_placement="sandwich",
+                       attn_logit_softcapping=50.0, final_logit_softcapping=30.0, hidden_act="gelu_pytorch_tanh")
+    eager = _acts(gemma2, AMP_EAGER)
+    post_norms = 2 * (2 * 64 + 4)  # post_attention / post_feedforward norms keep their bf16 input + rstd
+    assert eager.replicated == PRE_NORMS + post_norms + 2 * (2 * 64) == 1040
+    assert eager.scores == 4 * 4 + 2 * 4 + 2 * 4  # + tanh's saved bf16 output of the capped scores
+    assert _acts(gemma2, AMP_FLASH).scores == 0.0
+    # HF Gemma2RMSNorm: + the fp32 normalised tensor (input norms: the fp32 residual is its own copy; post norms:
+    # an fp32 copy of the bf16 input replaces it); q, k, v cast the input 3 times, gate and up twice
+    hf = _acts(gemma2, AMP_EAGER, "hf")
+    assert hf.replicated == 1040 + 2 * 4 * 64 + 2 * (4 + 4 - 2) * 64 + 2 * (2 * 64) + 2 * 64 == 2704
+    # final soft-capping keeps tanh's bf16 output of every logit through the loss' backward
+    training = TrainingSpec(seq_len=64, global_batch=2, micro_batch=2, precision="amp", attention="flash")
+    uncapped = ModelSpec(**{**gemma2.model_dump(), "final_logit_softcapping": None})
+    capped = predict_memory(gemma2, training, overhead=NO_OVERHEAD)
+    assert capped.logits_bytes - predict_memory(uncapped, training, overhead=NO_OVERHEAD).logits_bytes == 128 * 512 * 2
+
+
+@pytest.mark.parametrize("attention, mask_bytes", [("eager", 64 * 64), ("flash", 0)])
+def test_sliding_window_adds_its_mask_under_eager_only(attention, mask_bytes):
+    sliding = ModelSpec(name="sliding", **TINY_ROPE, sliding_window=16, full_attention_every=2)
+    full = ModelSpec(name="full", **TINY_ROPE)
+    training = TrainingSpec(seq_len=64, global_batch=2, micro_batch=2, precision="amp", attention=attention)
+    diff = (predict_memory(sliding, training, overhead=NO_OVERHEAD).activations_bytes
+            - predict_memory(full, training, overhead=NO_OVERHEAD).activations_bytes)
+    assert diff == mask_bytes  # one more bool s x s mask; the scores are computed in full, then masked

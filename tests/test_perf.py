@@ -12,7 +12,7 @@ import pytest
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.models import ZOO, ModelSpec
-from frenzy_core.perf import StepTime, step_time, step_time_totals, training_flops_per_step
+from frenzy_core.perf import StepTime, attended_keys, step_time, step_time_totals, training_flops_per_step
 from frenzy_core.training import Parallelism, TrainingSpec
 
 A100 = CATALOG["A100-40GB"]  # 312 TF bf16, 1555 GB/s, NVLink 300 GB/s
@@ -263,3 +263,29 @@ def test_eight_v100_scaling_matches_a_held_out_profile_row():
     predicted = 8 * _bert_step("V100-32GB", 1, 16) / _bert_step("V100-32GB", 8, 16)
     assert predicted == pytest.approx(measured, rel=0.5)
     assert predicted < 6.5
+
+
+# --- attention FLOPs follow the families' shapes ------------------------------------------------------------------
+TINY_MLA = ModelSpec(name="tiny-mla", vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, ffn_size=96,
+                     mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", norm_kind="rmsnorm", bias=False,
+                     q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)
+
+
+def test_mla_attention_flops_use_qk_and_v_head_widths_by_hand():
+    training = TrainingSpec(seq_len=64, global_batch=2)
+    weights = 2 * TINY_MLA.layer_parameters() + 512 * 64
+    # QK^T over 4 heads x (16 + 8), scores x V over 4 heads x 16: 2 FLOPs per multiply-add, x 3 for fwd + bwd
+    attention = 3 * 2 * 4 * (24 + 16) * 2 * 64
+    assert training_flops_per_step(TINY_MLA, training) == 2 * 64 * (6 * weights + attention)
+
+
+def test_sliding_window_layers_attend_to_their_window_only_under_flash():
+    gemma_like = ModelSpec(name="sliding", vocab_size=512, hidden_size=64, num_layers=4, num_heads=4, ffn_size=96,
+                           mlp_kind="swiglu", position_kind="rotary", norm_kind="rmsnorm", bias=False,
+                           sliding_window=16, full_attention_every=2)  # layers 0, 2 slide; 1, 3 attend fully
+    flash = TrainingSpec(seq_len=64, global_batch=2, attention="flash")
+    assert attended_keys(gemma_like, flash) == 2 * 16 + 2 * 64
+    assert attended_keys(gemma_like, flash.model_copy(update={"attention": "eager"})) == 4 * 64  # masked, not skipped
+    full = ModelSpec(**{**gemma_like.model_dump(), "sliding_window": None, "full_attention_every": 0})
+    per_key = 3 * 2 * 4 * (16 + 16) * 2 * 64  # fwd + bwd FLOPs per attended key per layer, whole step
+    assert training_flops_per_step(full, flash) - training_flops_per_step(gemma_like, flash) == per_key * 2 * (64 - 16)
