@@ -457,3 +457,130 @@ def test_oom_truth_from_another_memory_method_and_bad_values_are_refused(golden_
     with pytest.raises(SpecError) as err:
         simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(method="x")))
     assert err.value.field == "oom_truth.method"
+
+
+# --- tests that kill the surviving mutants of simulate.py (bench/mutation.py); expected values worked by hand --------
+ONE_NODE = "nodes:\n  - {name: a, gpu_type: A100-80GB, num_gpus: 8}\n"
+
+
+def _fcfs_with(name: str, edit=None, round_s=None, keep=lambda d: True):
+    """A policy class: FCFS's decisions, each Start passed through `edit`, the ones `keep` refuses dropped."""
+    from frenzy_core.policies.fcfs import FcfsPolicy
+
+    class _Edited(FcfsPolicy):
+        calls = 0
+
+        def decide(self, view):
+            type(self).calls += 1
+            assert type(self).calls < 1000, "the event loop did not stop"
+            out = [d for d in super().decide(view) if keep(d)]
+            return [edit(d) if edit and isinstance(d, Start) else d for d in out]
+
+    _Edited.name, _Edited.round_s = name, round_s
+    return _Edited
+
+
+def test_a_plan_whose_memory_exactly_fills_the_gpu_runs_without_out_of_memory(monkeypatch):
+    """Out of memory means needing more than the GPU has: a plan predicted at exactly the capacity fits, so the job
+    runs its trace duration (1 x A100, 600 s) and never fails."""
+    def exact(d):
+        return Start(d.job, replace(d.plan, memory_bytes=d.plan.gpu_memory_bytes), d.placement)
+
+    monkeypatch.setitem(REGISTRY, "exact", _fcfs_with("exact", exact))
+    r = simulate([TraceJob("x", 0.0, 1, 600.0)], parse_cluster_yaml(ONE_NODE), "exact")
+    assert r.oom_failures == 0 and r.jobs["jct_s"][0] == pytest.approx(600.0)
+
+
+def test_restart_model_refuses_negative_or_nan_seconds_and_a_zero_bandwidth_but_takes_half_a_gbyte_s():
+    for bad, field in ((RestartModel(startup_s=-1.0), "restart.startup_s"), (RestartModel(flat_s=-5.0), "restart.flat_s"),
+                       (RestartModel(startup_s=float("nan")), "restart.startup_s"),
+                       (RestartModel(checkpoint_gbyte_s=0.0), "restart.checkpoint_gbyte_s")):
+        with pytest.raises(SpecError) as err:
+            bad.check()
+        assert err.value.field == field
+    RestartModel(checkpoint_gbyte_s=0.5, startup_s=0.0).check()  # a slow store is allowed
+
+
+def test_decision_times_and_run_wall_time_lie_within_the_measured_call(golden_cluster):
+    """Every policy call happens inside the run and the run inside simulate(): sum(decisions) <= wall_s <= the
+    time measured around the call; the overhead metric is the mean decision time in milliseconds."""
+    import time
+
+    t0 = time.perf_counter()
+    r = simulate(_golden_trace(), golden_cluster, "frenzy", seed=0, options=OPTS)
+    elapsed = time.perf_counter() - t0
+    d = r.decision_wall_s
+    assert d.size > 0 and (d >= 0).all() and d.sum() <= r.wall_s <= elapsed
+    assert r.metrics()["sched_overhead_ms_per_decision"] == pytest.approx(d.mean() * 1000.0)
+
+
+def test_progress_reports_the_first_of_80_jobs_as_one_80th(golden_cluster):
+    """80 jobs: each finished job is 1.25% of the run, above the 1% reporting step, so the first report is 1/80."""
+    seen: list[float] = []
+    jobs = [TraceJob(f"j{i}", 100.0 * i, 1, 50.0) for i in range(80)]
+    simulate(jobs, golden_cluster, "fcfs", seed=0, options=OPTS, progress=seen.append)
+    assert seen[0] == pytest.approx(1 / 80) and seen[1] == pytest.approx(2 / 80) and seen[-1] == 1.0
+
+
+def test_a_rejected_job_has_an_empty_allocation_row(golden_cluster, monkeypatch):
+    from frenzy_core.policies import Reject
+
+    class _RejectAll(Policy):
+        name = "reject-all"
+
+        def decide(self, view):
+            return [Reject(j, "test") for j in view.queue]
+
+    monkeypatch.setitem(REGISTRY, "reject-all", _RejectAll)
+    r = simulate([TraceJob("x", 0.0, 2, 60.0)], golden_cluster, "reject-all", options=OPTS)
+    row = r.jobs_frame().iloc[0]
+    assert row["state"] == "rejected" and row["gpu_type"] == ""
+    assert (row["num_gpus"], row["dp"], row["tp"], row["pp"]) == (0, 0, 0, 0)
+    assert np.isnan(row["start_s"]) and np.isnan(row["finish_s"]) and row["gpu_hours"] == 0.0
+
+
+def _xl_on_t4(**opts):
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    job = LLMJob("x", 0.0, "gpt2-xl", default_training(ZOO["gpt2-xl"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                 original_gpu_type="A100-80GB")
+    return simulate(Workload(jobs=(job,), source="test", seed=0, reference_gpu="A100-80GB"), t4, "fcfs",
+                    options=SimOptions(estimator=AnalyticEstimator(), **opts))
+
+
+def test_an_instant_out_of_memory_leaves_one_utilisation_sample_per_instant():
+    """oom_startup_s = 0: the 1-GPU run of gpt2-xl on a T4 (28 GB of states, see above) starts and fails at t = 0
+    and the job is given up: one sample at 0, no GPU busy, nothing else."""
+    r = _xl_on_t4(oom_startup_s=0.0, max_oom_retries=0)
+    assert r.oom_failures == 1 and list(r.jobs["state"]) == ["gave_up"]
+    assert list(r.util_times_s) == [0.0] and r.util_busy.tolist() == [[0]]
+
+
+def test_a_job_knows_the_gpu_time_its_out_of_memory_runs_wasted(monkeypatch):
+    """The restart after the OOM (1 T4 for 50 s, see above) sees 1 x 50 GPU-seconds wasted on the job's record."""
+    from frenzy_core import simulate as sim
+
+    seen: list[float] = []
+    start = sim._Run._start
+
+    def spy(self, d, now):
+        seen.append(self.jobs[d.job].wasted_gpu_seconds)
+        start(self, d, now)
+
+    monkeypatch.setattr(sim._Run, "_start", spy)
+    _xl_on_t4(oom_startup_s=50.0)
+    assert seen == [0.0, 50.0]
+
+
+@pytest.mark.parametrize("every_round", [False, True])
+def test_a_round_based_policy_starts_at_time_zero_and_at_the_grid_point_after_an_arrival(monkeypatch, every_round):
+    """A round-based FCFS (60 s rounds) on one 8 x A100 node that never starts job h: a (0 s, 2 GPUs, 100 s) starts
+    at the round at 0 (JCT 100); b (630 s, 1 GPU, 300 s) at the next grid point 660 (JCT 30 + 300 = 330); h waits
+    to the end and the loop stops once nothing runs or can arrive, in both round modes."""
+    cls = _fcfs_with("held", round_s=60.0, keep=lambda d: getattr(d, "job", None) != 1)
+    monkeypatch.setitem(REGISTRY, "held", cls)
+    jobs = [TraceJob("a", 0.0, 2, 100.0), TraceJob("h", 0.0, 1, 100.0), TraceJob("b", 630.0, 1, 300.0)]
+    r = simulate(jobs, parse_cluster_yaml(ONE_NODE), "held", options=SimOptions(sia_every_round=every_round))
+    assert list(r.jobs["state"]) == ["done", "queued", "done"]
+    np.testing.assert_allclose(r.jobs["start_s"][[0, 2]], [0.0, 660.0], atol=1e-6)
+    np.testing.assert_allclose(r.jobs["jct_s"][[0, 2]], [100.0, 330.0], atol=1e-6)
+    assert "job h never started" in r.notes
