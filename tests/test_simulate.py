@@ -539,9 +539,9 @@ def test_a_rejected_job_has_an_empty_allocation_row(golden_cluster, monkeypatch)
     assert np.isnan(row["start_s"]) and np.isnan(row["finish_s"]) and row["gpu_hours"] == 0.0
 
 
-def _xl_on_t4(**opts):
+def _xl_on_t4(arrival_s=0.0, **opts):
     t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
-    job = LLMJob("x", 0.0, "gpt2-xl", default_training(ZOO["gpt2-xl"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+    job = LLMJob("x", arrival_s, "gpt2-xl", default_training(ZOO["gpt2-xl"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
                  original_gpu_type="A100-80GB")
     return simulate(Workload(jobs=(job,), source="test", seed=0, reference_gpu="A100-80GB"), t4, "fcfs",
                     options=SimOptions(estimator=AnalyticEstimator(), **opts))
@@ -556,7 +556,8 @@ def test_an_instant_out_of_memory_leaves_one_utilisation_sample_per_instant():
 
 
 def test_a_job_knows_the_gpu_time_its_out_of_memory_runs_wasted(monkeypatch):
-    """The restart after the OOM (1 T4 for 50 s, see above) sees 1 x 50 GPU-seconds wasted on the job's record."""
+    """Arriving at 10 s, the 1-T4 run fails at 60 s (see above): its restart sees 1 x 50 GPU-seconds wasted on the
+    job's record."""
     from frenzy_core import simulate as sim
 
     seen: list[float] = []
@@ -567,7 +568,7 @@ def test_a_job_knows_the_gpu_time_its_out_of_memory_runs_wasted(monkeypatch):
         start(self, d, now)
 
     monkeypatch.setattr(sim._Run, "_start", spy)
-    _xl_on_t4(oom_startup_s=50.0)
+    _xl_on_t4(arrival_s=10.0, oom_startup_s=50.0)
     assert seen == [0.0, 50.0]
 
 
