@@ -585,3 +585,47 @@ def test_a_round_based_policy_starts_at_time_zero_and_at_the_grid_point_after_an
     np.testing.assert_allclose(r.jobs["start_s"][[0, 2]], [0.0, 660.0], atol=1e-6)
     np.testing.assert_allclose(r.jobs["jct_s"][[0, 2]], [100.0, 330.0], atol=1e-6)
     assert "job h never started" in r.notes
+
+
+def test_preempting_a_run_that_would_run_out_of_memory_credits_no_training(monkeypatch):
+    """gpt2-xl asks 1 T4 (does not fit, see above; it would crash 500 s after its start) at 0; y arrives at 400 s and
+    the policy then preempts x and restarts it on 2 T4s (fits). A run that crashes in its start-up never trained
+    (the simulator must not credit it 400 s of training), so x restarts from nothing: no checkpoint to restore, its
+    whole 2-GPU run time after 400 s, and no OOM counted."""
+    from frenzy_core.packing import Placement
+    from frenzy_core.policies import Preempt, Reject
+
+    class _Move(Policy):
+        name = "move"
+        preemptive = True
+
+        def decide(self, view):
+            plan1 = self.ctx.table.pure_dp(view.jobs[0].job.spec, view.jobs[0].job.training, "T4", 1)
+            if view.now_s == 0.0:
+                return [Start(0, scale_plan(plan1, view.jobs[0].job.tokens), Placement("T4", ((0, 1),)))]
+            if view.now_s == 400.0 and 1 in view.queue:
+                plan2 = self.ctx.table.best(view.jobs[0].job.spec, view.jobs[0].job.training, "T4", 2)
+                self.plan2 = scale_plan(plan2, view.jobs[0].job.tokens)
+                return [Preempt(0), Start(0, self.plan2, Placement("T4", ((1, 2),))),
+                        Reject(1, "not needed")]
+            return []
+
+    monkeypatch.setitem(REGISTRY, "move", _Move)
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    xl = LLMJob("x", 0.0, "gpt2-xl", default_training(ZOO["gpt2-xl"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                original_gpu_type="A100-80GB")
+    y = LLMJob("y", 400.0, "gpt2", default_training(ZOO["gpt2"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+               original_gpu_type="T4")
+    captured = {}
+    orig_init = _Move.__init__
+
+    def init(self, ctx):
+        orig_init(self, ctx)
+        captured["policy"] = self
+
+    monkeypatch.setattr(_Move, "__init__", init)
+    r = simulate(Workload(jobs=(xl, y), source="test", seed=0, reference_gpu="A100-80GB"), t4, "move",
+                 options=SimOptions(estimator=AnalyticEstimator(), oom_startup_s=500.0))
+    plan2 = captured["policy"].plan2
+    assert r.oom_failures == 0 and r.jobs["state"][0] == "done"
+    assert r.jobs["finish_s"][0] == pytest.approx(400.0 + plan2.time_to_train_s)
