@@ -585,6 +585,9 @@ def test_a_round_based_policy_starts_at_time_zero_and_at_the_grid_point_after_an
     np.testing.assert_allclose(r.jobs["start_s"][[0, 2]], [0.0, 660.0], atol=1e-6)
     np.testing.assert_allclose(r.jobs["jct_s"][[0, 2]], [100.0, 330.0], atol=1e-6)
     assert "job h never started" in r.notes
+    # rounds (one policy call each): every round from 0 to 960 s (b's end) while h waits = 17; otherwise only the
+    # round at 0 (a starts), the one after it (60), 120 (a ended at 100), 660 (b arrived), 720 and 960 (b ended)
+    assert r.metrics()["decisions"] == (17 if every_round else 6)
 
 
 def test_preempting_a_run_that_would_run_out_of_memory_credits_no_training(monkeypatch):
@@ -629,3 +632,61 @@ def test_preempting_a_run_that_would_run_out_of_memory_credits_no_training(monke
     plan2 = captured["policy"].plan2
     assert r.oom_failures == 0 and r.jobs["state"][0] == "done"
     assert r.jobs["finish_s"][0] == pytest.approx(400.0 + plan2.time_to_train_s)
+
+
+def test_utilisation_is_busy_gpus_over_time_per_type_and_as_a_share_of_the_cluster():
+    """FCFS on one 8 x A100 node: a (2 GPUs) runs 0-100 s, b (4 GPUs) 50-250 s: busy 2, 6, 4, 0 from 0, 50, 100,
+    250 s; shares of 8 GPUs 0.25, 0.75, 0.5, 0; average over the 250 s makespan = (2 x 100 + 4 x 200) / (8 x 250)."""
+    jobs = [TraceJob("a", 0.0, 2, 100.0), TraceJob("b", 50.0, 4, 200.0)]
+    r = simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs")
+    u = r.utilisation()
+    np.testing.assert_allclose(u["time_s"], [0.0, 50.0, 100.0, 250.0], atol=1e-6)
+    assert list(u["busy_gpus"]) == [2, 6, 4, 0] and list(u["A100-80GB"]) == [2, 6, 4, 0]
+    np.testing.assert_allclose(u["utilisation"], [0.25, 0.75, 0.5, 0.0])
+    assert r.metrics()["avg_utilisation"] == pytest.approx(1000 / 2000, rel=1e-6)
+
+
+def test_true_memory_with_a_noise_band_stays_in_the_band_around_the_prediction(golden_cluster, monkeypatch):
+    """OomTruth(noise=0.5): true memory = prediction x (1 + u), u uniform in [-0.5, 0.5]: every ratio lies in
+    [0.5, 1.5] and, over many runs, both sides of 1 occur."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.simulate import OomTruth
+
+    ratios: list[float] = []
+    true_memory = sim._Run._true_memory
+
+    def spy(self, st, plan):
+        got = true_memory(self, st, plan)
+        ratios.append(got / plan.memory_bytes)
+        return got
+
+    monkeypatch.setattr(sim._Run, "_true_memory", spy)
+    simulate(_busy_jobs(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(noise=0.5)))
+    assert len(ratios) >= 20
+    assert all(0.5 <= x <= 1.5 for x in ratios) and min(ratios) < 0.9 and max(ratios) > 1.1
+
+
+def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_own_split(golden_cluster, monkeypatch):
+    """OomTruth(method="paper"): the truth of each start is memory.predict_memory(method="paper") for the split and
+    micro-batch of the plan that was started (not the job's requested micro-batch; the default estimator's Frenzy
+    plans change it)."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.memory import predict_memory
+    from frenzy_core.simulate import OomTruth
+    from frenzy_core.training import Parallelism
+
+    seen: list[tuple] = []
+    true_memory = sim._Run._true_memory
+
+    def spy(self, st, plan):
+        got = true_memory(self, st, plan)
+        seen.append((st.job, plan, got))
+        return got
+
+    monkeypatch.setattr(sim._Run, "_true_memory", spy)
+    simulate(_busy_jobs(), golden_cluster, "frenzy", options=SimOptions(oom_truth=OomTruth(method="paper")))
+    assert any(plan.micro_batch != job.training.micro_batch for job, plan, _ in seen)  # the case that matters
+    for job, plan, got in seen:
+        tr = job.training.model_copy(update={"micro_batch": plan.micro_batch})
+        want = predict_memory(job.spec, tr, Parallelism(dp=plan.dp, tp=plan.tp, pp=plan.pp), method="paper")
+        assert got == pytest.approx(float(want.total_bytes), rel=1e-12)
