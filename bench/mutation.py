@@ -120,6 +120,14 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "the extra wake-ups it schedules are for instants when the queue is empty: a wake-up calls the policy only "
         "with a non-empty queue, and every instant that leaves jobs queued beside running ones computes (and bumps) "
         "the wake-up anew, with either operator; next_wake_s is read-only",
+    ("simulate", "_true_memory", "truth.noise <= 0", "LtE -> Lt"):
+        "noise is >= 0 (_check_options): at noise 0 the draw is uniform(-0, 0) = 0, so base x (1 + 0) is base",
+    ("simulate", "_push_round", "self.push(k * self.policy.round_s, ROUND, -1)", "1 -> 2"):
+        "the job field of a ROUND event is never read (the loop skips to the next event), and the heap orders by "
+        "(time, kind, unique sequence) before it",
+    ("simulate", "push", "self.seq += 1", "1 -> 2"):
+        "the sequence only orders events pushed at the same time and kind: any strictly increasing counter gives "
+        "the same order",
 }
 
 
