@@ -128,6 +128,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "push", "self.seq += 1", "1 -> 2"):
         "the sequence only orders events pushed at the same time and kind: any strictly increasing counter gives "
         "the same order",
+    ("simulate", "_event", "st.done_fraction = 1.0", "1.0 -> 1.5"):
+        "a completed job's trained share is never read again: a done job is in neither the queue nor the running "
+        "set, and the result reports state and finish time, not the share",
 }
 
 

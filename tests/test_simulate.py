@@ -553,6 +553,17 @@ def test_an_instant_out_of_memory_leaves_one_utilisation_sample_per_instant():
     r = _xl_on_t4(oom_startup_s=0.0, max_oom_retries=0)
     assert r.oom_failures == 1 and list(r.jobs["state"]) == ["gave_up"]
     assert list(r.util_times_s) == [0.0] and r.util_busy.tolist() == [[0]]
+    assert list(r.jobs["oom_failures"]) == [1]
+
+
+def test_a_run_where_no_job_finishes_has_no_makespan_and_a_utilisation_within_0_and_1():
+    """The only job runs out of memory 50 s after its start and is given up (no retries): nothing finished, so no
+    makespan; the 50 s it held a GPU are counted as wasted, and utilisation stays a share (0..1)."""
+    r = _xl_on_t4(oom_startup_s=50.0, max_oom_retries=0)
+    m = r.metrics()
+    assert m["completed"] == 0 and np.isnan(m["makespan_s"]) and list(r.jobs["oom_failures"]) == [1]
+    assert 0.0 <= m["avg_utilisation"] <= 1.0
+    assert m["oom_wasted_gpu_hours"] == pytest.approx(50 / 3600)
 
 
 def test_a_job_knows_the_gpu_time_its_out_of_memory_runs_wasted(monkeypatch):
@@ -690,3 +701,31 @@ def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_ow
         tr = job.training.model_copy(update={"micro_batch": plan.micro_batch})
         want = predict_memory(job.spec, tr, Parallelism(dp=plan.dp, tp=plan.tp, pp=plan.pp), method="paper")
         assert got == pytest.approx(float(want.total_bytes), rel=1e-12)
+
+
+def test_progress_of_200_jobs_is_reported_at_each_whole_percent():
+    """200 jobs finish one by one: every second job completes another 1%, so the reports are 0.01, 0.02, ..., 1.0
+    and the closing 1.0, about one per percent (a few half-percent extras where k/100 x 100 rounds below k)."""
+    seen: list[float] = []
+    jobs = [TraceJob(f"j{i}", 10.0 * i, 1, 5.0) for i in range(200)]
+    simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs", progress=seen.append)
+    assert seen[0] == 0.01 and seen[-2:] == [1.0, 1.0] and seen == sorted(seen)
+    assert {round(x, 9) for x in seen} >= {k / 100 for k in range(1, 101)}
+    assert 101 <= len(seen) <= 106
+
+
+def test_a_round_that_started_a_job_is_followed_by_one_more_round(monkeypatch):
+    """Round-based FCFS (60 s), one job (0 s, 2 GPUs, 100 s): the round at 0 starts it, its decision changed the state
+    so the round at 60 looks again (nothing to do), and its end at 100 s leaves nothing to decide: 2 policy calls."""
+    monkeypatch.setitem(REGISTRY, "rounds", _fcfs_with("rounds", round_s=60.0))
+    r = simulate([TraceJob("a", 0.0, 2, 100.0)], parse_cluster_yaml(ONE_NODE), "rounds")
+    assert r.metrics()["decisions"] == 2 and r.jobs["jct_s"][0] == pytest.approx(100.0)
+
+
+def test_makespan_runs_from_the_first_arrival_to_the_last_finish():
+    """FCFS on one 8 x A100 node: a arrives at 1000 s (2 GPUs, 100 s), b at 1050 s (4 GPUs, 200 s): the last job
+    ends at 1250 s, so the makespan is 1250 - 1000 = 250 s; GPU-hours (2 x 100 + 4 x 200) / 3600."""
+    jobs = [TraceJob("a", 1000.0, 2, 100.0), TraceJob("b", 1050.0, 4, 200.0)]
+    m = simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs").metrics()
+    assert m["makespan_s"] == pytest.approx(250.0) and m["gpu_hours"] == pytest.approx(1000 / 3600)
+    assert m["avg_utilisation"] == pytest.approx(1000 / (8 * 250))
