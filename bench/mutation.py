@@ -131,6 +131,11 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "_event", "st.done_fraction = 1.0", "1.0 -> 1.5"):
         "a completed job's trained share is never read again: a done job is in neither the queue nor the running "
         "set, and the result reports state and finish time, not the share",
+    ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "0.0 -> 1.0"):
+        "a run ends with every GPU free (a running job always has an end event on the heap), so the last busy step "
+        "is 0 and `until` only multiplies that 0",
+    ("simulate", "_job_done", "min(f, 1.0)", "1.0 -> 1.5"):
+        "f = finished jobs / jobs never exceeds 1, so min(f, 1.5) is f, as min(f, 1.0) is",
 }
 
 

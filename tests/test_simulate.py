@@ -579,8 +579,8 @@ def test_a_job_knows_the_gpu_time_its_out_of_memory_runs_wasted(monkeypatch):
         start(self, d, now)
 
     monkeypatch.setattr(sim._Run, "_start", spy)
-    _xl_on_t4(arrival_s=10.0, oom_startup_s=50.0)
-    assert seen == [0.0, 50.0]
+    r = _xl_on_t4(arrival_s=10.0, oom_startup_s=50.0)
+    assert seen == [0.0, 50.0] and r.oom_wasted_gpu_hours == pytest.approx(50 / 3600)
 
 
 @pytest.mark.parametrize("every_round", [False, True])
@@ -729,3 +729,24 @@ def test_makespan_runs_from_the_first_arrival_to_the_last_finish():
     m = simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs").metrics()
     assert m["makespan_s"] == pytest.approx(250.0) and m["gpu_hours"] == pytest.approx(1000 / 3600)
     assert m["avg_utilisation"] == pytest.approx(1000 / (8 * 250))
+
+
+def test_a_policy_that_asks_to_be_woken_now_is_not_called_again_at_the_same_instant(monkeypatch):
+    """Wake-ups are for later instants only: a (0 s, 8 GPUs, 100 s) runs, b (10 s, 8 GPUs) waits; a policy whose
+    next_wake_s answers "now" is called at 0, 10 and 100 s (b starts), 3 times, not again and again at 10 s."""
+    cls = _fcfs_with("wake-now")
+    cls.next_wake_s = lambda self, view: view.now_s
+    monkeypatch.setitem(REGISTRY, "wake-now", cls)
+    r = simulate([TraceJob("a", 0.0, 8, 100.0), TraceJob("b", 10.0, 8, 100.0)], parse_cluster_yaml(ONE_NODE),
+                 "wake-now")
+    assert r.metrics()["decisions"] == 3 and r.jobs["start_s"][1] == pytest.approx(100.0)
+
+
+def test_an_empty_trace_error_names_only_the_three_commonest_skip_reasons(golden_cluster):
+    bad = load_native("job_id,arrival_s,num_gpus,duration_s\na,0,0,60\nb,x,1,60\nc,y,1,60\nd,0,1,-5\ne,0,1,\n"
+                      "f,z,1,60\ng,0,-1,60\n")
+    with pytest.raises(SpecError) as err:
+        simulate(bad, golden_cluster, "fcfs", options=OPTS)
+    msg = str(err.value)  # 3 x arrival, 2 x num_gpus, then one each of two duration reasons: only one of those
+    assert "skipped 7 rows" in msg and "3 arrival_s" in msg and "2 num_gpus" in msg
+    assert ("duration_s: missing" in msg) != ("duration_s: must be >= 0" in msg)
