@@ -136,6 +136,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "is 0 and `until` only multiplies that 0",
     ("simulate", "_job_done", "min(f, 1.0)", "1.0 -> 1.5"):
         "f = finished jobs / jobs never exceeds 1, so min(f, 1.5) is f, as min(f, 1.0) is",
+    ("simulate", "loop", "self.wake_token += 1", "1 -> 2"):
+        "wake tokens are only compared for equality with the latest one pushed: any strictly increasing counter "
+        "tells a stale wake-up apart the same way",
 }
 
 

@@ -750,3 +750,11 @@ def test_an_empty_trace_error_names_only_the_three_commonest_skip_reasons(golden
     msg = str(err.value)  # 3 x arrival, 2 x num_gpus, then one each of two duration reasons: only one of those
     assert "skipped 7 rows" in msg and "3 arrival_s" in msg and "2 num_gpus" in msg
     assert ("duration_s: missing" in msg) != ("duration_s: must be >= 0" in msg)
+
+
+def test_p99_queueing_interpolates_between_the_two_waits():
+    """FCFS on one 8 x A100 node: a (0 s, 8 GPUs, 1000 s) starts at once, b (10 s, 8 GPUs) waits to 1000 s: waits
+    0 and 990 s; the 99th percentile (linear between order statistics) = 0.99 x 990 = 980.1 s, the mean 495 s."""
+    m = simulate([TraceJob("a", 0.0, 8, 1000.0), TraceJob("b", 10.0, 8, 500.0)], parse_cluster_yaml(ONE_NODE),
+                 "fcfs").metrics()
+    assert m["p99_queue_s"] == pytest.approx(980.1, abs=1e-6) and m["avg_queue_s"] == pytest.approx(495.0, abs=1e-6)
