@@ -100,6 +100,45 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "the else branch is dead",
     ("plans", "rank_plans", "np.array(pairs, dtype=np.int64).reshape(-1, 2)", "1 -> 2"):
         "numpy (>= 2) reads any negative size in reshape as 'infer this dimension': reshape(-2, 2) is reshape(-1, 2)",
+    ("simulate", "_start", "st.token += 1", "1 -> 2"):
+        "a run's token is only compared for equality with the token its end event carries (_event; no policy reads "
+        "it): any strictly increasing sequence tells stale events apart the same way",
+    ("simulate", "_preempt", "st.token += 1", "1 -> 2"):
+        "a run's token is only compared for equality with the token its end event carries (_event; no policy reads "
+        "it): any strictly increasing sequence tells stale events apart the same way",
+    ("simulate", "__init__", "self.wake_token = 0", "0 -> 1"):
+        "wake tokens are only compared for equality with the latest one pushed (bumped before each push): the start "
+        "value is never seen",
+    ("simulate", "loop", "self.push(wake, WAKE, -1, self.wake_token)", "1 -> 2"):
+        "the job field of a WAKE event is never read (the loop skips to the next event before _event), and the heap "
+        "orders by (time, kind, unique sequence) before it",
+    ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0) if math.isfinite(self.makespan_s) else 0.0",
+     "0.0 -> 1.0"):
+        "the else branch runs only when no job finished; a run ends with every GPU free (a running job always has an "
+        "end event on the heap), so the last busy step is 0 and `until` only multiplies that 0",
+    ("simulate", "loop", "self.queue and self.running", "And -> Or"):
+        "the extra wake-ups it schedules are for instants when the queue is empty: a wake-up calls the policy only "
+        "with a non-empty queue, and every instant that leaves jobs queued beside running ones computes (and bumps) "
+        "the wake-up anew, with either operator; next_wake_s is read-only",
+    ("simulate", "_true_memory", "truth.noise <= 0", "LtE -> Lt"):
+        "noise is >= 0 (_check_options): at noise 0 the draw is uniform(-0, 0) = 0, so base x (1 + 0) is base",
+    ("simulate", "_push_round", "self.push(k * self.policy.round_s, ROUND, -1)", "1 -> 2"):
+        "the job field of a ROUND event is never read (the loop skips to the next event), and the heap orders by "
+        "(time, kind, unique sequence) before it",
+    ("simulate", "push", "self.seq += 1", "1 -> 2"):
+        "the sequence only orders events pushed at the same time and kind: any strictly increasing counter gives "
+        "the same order",
+    ("simulate", "_event", "st.done_fraction = 1.0", "1.0 -> 1.5"):
+        "a completed job's trained share is never read again: a done job is in neither the queue nor the running "
+        "set, and the result reports state and finish time, not the share",
+    ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "0.0 -> 1.0"):
+        "a run ends with every GPU free (a running job always has an end event on the heap), so the last busy step "
+        "is 0 and `until` only multiplies that 0",
+    ("simulate", "_job_done", "min(f, 1.0)", "1.0 -> 1.5"):
+        "f = finished jobs / jobs never exceeds 1, so min(f, 1.5) is f, as min(f, 1.0) is",
+    ("simulate", "loop", "self.wake_token += 1", "1 -> 2"):
+        "wake tokens are only compared for equality with the latest one pushed: any strictly increasing counter "
+        "tells a stale wake-up apart the same way",
 }
 
 

@@ -400,6 +400,7 @@ class _Run:
         self.wake_token = 0  # only the latest wake-up request counts
         self._restart_s: dict = {}  # (model, training) -> restart cost, a function of the job class alone
         self._true_mem: dict = {}  # (class, split, micro-batch) -> true memory before noise (oom_truth)
+        self._doomed: set[int] = set()  # jobs whose current run will fail with out-of-memory (it never trains)
         self.wake_s = math.inf  # the time the policy asked to be called again at (Policy.next_wake_s)
         self.notes: list[str] = []
         self._next_progress = 0.01
@@ -437,9 +438,11 @@ class _Run:
             st.first_start_s = now
         st.startup_s = self._restart_cost(st.job) if st.done_fraction > 0 else 0.0
         if self._true_memory(st, d.plan) > d.plan.gpu_memory_bytes:
+            self._doomed.add(d.job)
             st.run_end_s = now + self.opts.oom_startup_s
             self.push(st.run_end_s, OOM_FAIL, d.job, st.token)
         else:
+            self._doomed.discard(d.job)
             st.run_end_s = now + st.startup_s + (1.0 - st.done_fraction) * d.plan.time_to_train_s
             self.push(st.run_end_s, COMPLETE, d.job, st.token)
 
@@ -474,8 +477,9 @@ class _Run:
         st = self.jobs[d.job]
         if st.state != "running":
             raise SimulationError(f"{self.policy.name}: preempted job {st.job.job_id} which is {st.state}")
-        # the checkpoint is taken now: what was trained since the restart ended is kept, a restart cut short is lost
-        worked = max(0.0, now - st.run_start_s - st.startup_s)
+        # the checkpoint is taken now: what was trained since the restart ended is kept, a restart cut short is lost;
+        # a run that was going to fail with out-of-memory crashes in its start-up and never trained
+        worked = 0.0 if st.idx in self._doomed else max(0.0, now - st.run_start_s - st.startup_s)
         st.done_fraction = min(st.done_fraction + worked / st.plan.time_to_train_s, 1.0 - 1e-12)
         self._release(st, now)
         st.restarts += 1

@@ -457,3 +457,304 @@ def test_oom_truth_from_another_memory_method_and_bad_values_are_refused(golden_
     with pytest.raises(SpecError) as err:
         simulate(_golden_trace(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(method="x")))
     assert err.value.field == "oom_truth.method"
+
+
+# --- tests that kill the surviving mutants of simulate.py (bench/mutation.py); expected values worked by hand --------
+ONE_NODE = "nodes:\n  - {name: a, gpu_type: A100-80GB, num_gpus: 8}\n"
+
+
+def _fcfs_with(name: str, edit=None, round_s=None, keep=lambda d: True):
+    """A policy class: FCFS's decisions, each Start passed through `edit`, the ones `keep` refuses dropped."""
+    from frenzy_core.policies.fcfs import FcfsPolicy
+
+    class _Edited(FcfsPolicy):
+        calls = 0
+
+        def decide(self, view):
+            type(self).calls += 1
+            assert type(self).calls < 1000, "the event loop did not stop"
+            out = [d for d in super().decide(view) if keep(d)]
+            return [edit(d) if edit and isinstance(d, Start) else d for d in out]
+
+    _Edited.name, _Edited.round_s = name, round_s
+    return _Edited
+
+
+def test_a_plan_whose_memory_exactly_fills_the_gpu_runs_without_out_of_memory(monkeypatch):
+    """Out of memory means needing more than the GPU has: a plan predicted at exactly the capacity fits, so the job
+    runs its trace duration (1 x A100, 600 s) and never fails."""
+    def exact(d):
+        return Start(d.job, replace(d.plan, memory_bytes=d.plan.gpu_memory_bytes), d.placement)
+
+    monkeypatch.setitem(REGISTRY, "exact", _fcfs_with("exact", exact))
+    r = simulate([TraceJob("x", 0.0, 1, 600.0)], parse_cluster_yaml(ONE_NODE), "exact")
+    assert r.oom_failures == 0 and r.jobs["jct_s"][0] == pytest.approx(600.0)
+
+
+def test_restart_model_refuses_negative_or_nan_seconds_and_a_zero_bandwidth_but_takes_half_a_gbyte_s():
+    for bad, field in ((RestartModel(startup_s=-1.0), "restart.startup_s"), (RestartModel(flat_s=-5.0), "restart.flat_s"),
+                       (RestartModel(startup_s=float("nan")), "restart.startup_s"),
+                       (RestartModel(checkpoint_gbyte_s=0.0), "restart.checkpoint_gbyte_s")):
+        with pytest.raises(SpecError) as err:
+            bad.check()
+        assert err.value.field == field
+    RestartModel(checkpoint_gbyte_s=0.5, startup_s=0.0).check()  # a slow store is allowed
+
+
+def test_decision_times_and_run_wall_time_lie_within_the_measured_call(golden_cluster):
+    """Every policy call happens inside the run and the run inside simulate(): sum(decisions) <= wall_s <= the
+    time measured around the call; the overhead metric is the mean decision time in milliseconds."""
+    import time
+
+    t0 = time.perf_counter()
+    r = simulate(_golden_trace(), golden_cluster, "frenzy", seed=0, options=OPTS)
+    elapsed = time.perf_counter() - t0
+    d = r.decision_wall_s
+    assert d.size > 0 and (d >= 0).all() and d.sum() <= r.wall_s <= elapsed
+    assert r.metrics()["sched_overhead_ms_per_decision"] == pytest.approx(d.mean() * 1000.0)
+
+
+def test_progress_reports_the_first_of_80_jobs_as_one_80th(golden_cluster):
+    """80 jobs: each finished job is 1.25% of the run, above the 1% reporting step, so the first report is 1/80."""
+    seen: list[float] = []
+    jobs = [TraceJob(f"j{i}", 100.0 * i, 1, 50.0) for i in range(80)]
+    simulate(jobs, golden_cluster, "fcfs", seed=0, options=OPTS, progress=seen.append)
+    assert seen[0] == pytest.approx(1 / 80) and seen[1] == pytest.approx(2 / 80) and seen[-1] == 1.0
+
+
+def test_a_rejected_job_has_an_empty_allocation_row(golden_cluster, monkeypatch):
+    from frenzy_core.policies import Reject
+
+    class _RejectAll(Policy):
+        name = "reject-all"
+
+        def decide(self, view):
+            return [Reject(j, "test") for j in view.queue]
+
+    monkeypatch.setitem(REGISTRY, "reject-all", _RejectAll)
+    r = simulate([TraceJob("x", 0.0, 2, 60.0)], golden_cluster, "reject-all", options=OPTS)
+    row = r.jobs_frame().iloc[0]
+    assert row["state"] == "rejected" and row["gpu_type"] == ""
+    assert (row["num_gpus"], row["dp"], row["tp"], row["pp"]) == (0, 0, 0, 0)
+    assert np.isnan(row["start_s"]) and np.isnan(row["finish_s"]) and row["gpu_hours"] == 0.0
+
+
+def _xl_on_t4(arrival_s=0.0, **opts):
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    job = LLMJob("x", arrival_s, "gpt2-xl", default_training(ZOO["gpt2-xl"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                 original_gpu_type="A100-80GB")
+    return simulate(Workload(jobs=(job,), source="test", seed=0, reference_gpu="A100-80GB"), t4, "fcfs",
+                    options=SimOptions(estimator=AnalyticEstimator(), **opts))
+
+
+def test_an_instant_out_of_memory_leaves_one_utilisation_sample_per_instant():
+    """oom_startup_s = 0: the 1-GPU run of gpt2-xl on a T4 (28 GB of states, see above) starts and fails at t = 0
+    and the job is given up: one sample at 0, no GPU busy, nothing else."""
+    r = _xl_on_t4(oom_startup_s=0.0, max_oom_retries=0)
+    assert r.oom_failures == 1 and list(r.jobs["state"]) == ["gave_up"]
+    assert list(r.util_times_s) == [0.0] and r.util_busy.tolist() == [[0]]
+    assert list(r.jobs["oom_failures"]) == [1]
+
+
+def test_a_run_where_no_job_finishes_has_no_makespan_and_a_utilisation_within_0_and_1():
+    """The only job runs out of memory 50 s after its start and is given up (no retries): nothing finished, so no
+    makespan; the 50 s it held a GPU are counted as wasted, and utilisation stays a share (0..1)."""
+    r = _xl_on_t4(oom_startup_s=50.0, max_oom_retries=0)
+    m = r.metrics()
+    assert m["completed"] == 0 and np.isnan(m["makespan_s"]) and list(r.jobs["oom_failures"]) == [1]
+    assert 0.0 <= m["avg_utilisation"] <= 1.0
+    assert m["oom_wasted_gpu_hours"] == pytest.approx(50 / 3600)
+
+
+def test_a_job_knows_the_gpu_time_its_out_of_memory_runs_wasted(monkeypatch):
+    """Arriving at 10 s, the 1-T4 run fails at 60 s (see above): its restart sees 1 x 50 GPU-seconds wasted on the
+    job's record."""
+    from frenzy_core import simulate as sim
+
+    seen: list[float] = []
+    start = sim._Run._start
+
+    def spy(self, d, now):
+        seen.append(self.jobs[d.job].wasted_gpu_seconds)
+        start(self, d, now)
+
+    monkeypatch.setattr(sim._Run, "_start", spy)
+    r = _xl_on_t4(arrival_s=10.0, oom_startup_s=50.0)
+    assert seen == [0.0, 50.0] and r.oom_wasted_gpu_hours == pytest.approx(50 / 3600)
+
+
+@pytest.mark.parametrize("every_round", [False, True])
+def test_a_round_based_policy_starts_at_time_zero_and_at_the_grid_point_after_an_arrival(monkeypatch, every_round):
+    """A round-based FCFS (60 s rounds) on one 8 x A100 node that never starts job h: a (0 s, 2 GPUs, 100 s) starts
+    at the round at 0 (JCT 100); b (630 s, 1 GPU, 300 s) at the next grid point 660 (JCT 30 + 300 = 330); h waits
+    to the end and the loop stops once nothing runs or can arrive, in both round modes."""
+    cls = _fcfs_with("held", round_s=60.0, keep=lambda d: getattr(d, "job", None) != 1)
+    monkeypatch.setitem(REGISTRY, "held", cls)
+    jobs = [TraceJob("a", 0.0, 2, 100.0), TraceJob("h", 0.0, 1, 100.0), TraceJob("b", 630.0, 1, 300.0)]
+    r = simulate(jobs, parse_cluster_yaml(ONE_NODE), "held", options=SimOptions(sia_every_round=every_round))
+    assert list(r.jobs["state"]) == ["done", "queued", "done"]
+    np.testing.assert_allclose(r.jobs["start_s"][[0, 2]], [0.0, 660.0], atol=1e-6)
+    np.testing.assert_allclose(r.jobs["jct_s"][[0, 2]], [100.0, 330.0], atol=1e-6)
+    assert "job h never started" in r.notes
+    # rounds (one policy call each): every round from 0 to 960 s (b's end) while h waits = 17; otherwise only the
+    # round at 0 (a starts), the one after it (60), 120 (a ended at 100), 660 (b arrived), 720 and 960 (b ended)
+    assert r.metrics()["decisions"] == (17 if every_round else 6)
+
+
+def test_preempting_a_run_that_would_run_out_of_memory_credits_no_training(monkeypatch):
+    """gpt2-xl asks 1 T4 (does not fit, see above; it would crash 500 s after its start) at 0; y arrives at 400 s and
+    the policy then preempts x and restarts it on 2 T4s (fits). A run that crashes in its start-up never trained
+    (the simulator must not credit it 400 s of training), so x restarts from nothing: no checkpoint to restore, its
+    whole 2-GPU run time after 400 s, and no OOM counted."""
+    from frenzy_core.packing import Placement
+    from frenzy_core.policies import Preempt, Reject
+
+    class _Move(Policy):
+        name = "move"
+        preemptive = True
+
+        def decide(self, view):
+            plan1 = self.ctx.table.pure_dp(view.jobs[0].job.spec, view.jobs[0].job.training, "T4", 1)
+            if view.now_s == 0.0:
+                return [Start(0, scale_plan(plan1, view.jobs[0].job.tokens), Placement("T4", ((0, 1),)))]
+            if view.now_s == 400.0 and 1 in view.queue:
+                plan2 = self.ctx.table.best(view.jobs[0].job.spec, view.jobs[0].job.training, "T4", 2)
+                self.plan2 = scale_plan(plan2, view.jobs[0].job.tokens)
+                return [Preempt(0), Start(0, self.plan2, Placement("T4", ((1, 2),))),
+                        Reject(1, "not needed")]
+            return []
+
+    monkeypatch.setitem(REGISTRY, "move", _Move)
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    xl = LLMJob("x", 0.0, "gpt2-xl", default_training(ZOO["gpt2-xl"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                original_gpu_type="A100-80GB")
+    y = LLMJob("y", 400.0, "gpt2", default_training(ZOO["gpt2"], 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+               original_gpu_type="T4")
+    captured = {}
+    orig_init = _Move.__init__
+
+    def init(self, ctx):
+        orig_init(self, ctx)
+        captured["policy"] = self
+
+    monkeypatch.setattr(_Move, "__init__", init)
+    r = simulate(Workload(jobs=(xl, y), source="test", seed=0, reference_gpu="A100-80GB"), t4, "move",
+                 options=SimOptions(estimator=AnalyticEstimator(), oom_startup_s=500.0))
+    plan2 = captured["policy"].plan2
+    assert r.oom_failures == 0 and r.jobs["state"][0] == "done"
+    assert r.jobs["finish_s"][0] == pytest.approx(400.0 + plan2.time_to_train_s)
+
+
+def test_utilisation_is_busy_gpus_over_time_per_type_and_as_a_share_of_the_cluster():
+    """FCFS on one 8 x A100 node: a (2 GPUs) runs 0-100 s, b (4 GPUs) 50-250 s: busy 2, 6, 4, 0 from 0, 50, 100,
+    250 s; shares of 8 GPUs 0.25, 0.75, 0.5, 0; average over the 250 s makespan = (2 x 100 + 4 x 200) / (8 x 250)."""
+    jobs = [TraceJob("a", 0.0, 2, 100.0), TraceJob("b", 50.0, 4, 200.0)]
+    r = simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs")
+    u = r.utilisation()
+    np.testing.assert_allclose(u["time_s"], [0.0, 50.0, 100.0, 250.0], atol=1e-6)
+    assert list(u["busy_gpus"]) == [2, 6, 4, 0] and list(u["A100-80GB"]) == [2, 6, 4, 0]
+    np.testing.assert_allclose(u["utilisation"], [0.25, 0.75, 0.5, 0.0])
+    assert r.metrics()["avg_utilisation"] == pytest.approx(1000 / 2000, rel=1e-6)
+
+
+def test_true_memory_with_a_noise_band_stays_in_the_band_around_the_prediction(golden_cluster, monkeypatch):
+    """OomTruth(noise=0.5): true memory = prediction x (1 + u), u uniform in [-0.5, 0.5]: every ratio lies in
+    [0.5, 1.5] and, over many runs, both sides of 1 occur."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.simulate import OomTruth
+
+    ratios: list[float] = []
+    true_memory = sim._Run._true_memory
+
+    def spy(self, st, plan):
+        got = true_memory(self, st, plan)
+        ratios.append(got / plan.memory_bytes)
+        return got
+
+    monkeypatch.setattr(sim._Run, "_true_memory", spy)
+    simulate(_busy_jobs(), golden_cluster, "frenzy", options=replace(OPTS, oom_truth=OomTruth(noise=0.5)))
+    assert len(ratios) >= 20
+    assert all(0.5 <= x <= 1.5 for x in ratios) and min(ratios) < 0.9 and max(ratios) > 1.1
+
+
+def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_own_split(golden_cluster, monkeypatch):
+    """OomTruth(method="paper"): the truth of each start is memory.predict_memory(method="paper") for the split and
+    micro-batch of the plan that was started (not the job's requested micro-batch; the default estimator's Frenzy
+    plans change it)."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.memory import predict_memory
+    from frenzy_core.simulate import OomTruth
+    from frenzy_core.training import Parallelism
+
+    seen: list[tuple] = []
+    true_memory = sim._Run._true_memory
+
+    def spy(self, st, plan):
+        got = true_memory(self, st, plan)
+        seen.append((st.job, plan, got))
+        return got
+
+    monkeypatch.setattr(sim._Run, "_true_memory", spy)
+    simulate(_busy_jobs(), golden_cluster, "frenzy", options=SimOptions(oom_truth=OomTruth(method="paper")))
+    assert any(plan.micro_batch != job.training.micro_batch for job, plan, _ in seen)  # the case that matters
+    for job, plan, got in seen:
+        tr = job.training.model_copy(update={"micro_batch": plan.micro_batch})
+        want = predict_memory(job.spec, tr, Parallelism(dp=plan.dp, tp=plan.tp, pp=plan.pp), method="paper")
+        assert got == pytest.approx(float(want.total_bytes), rel=1e-12)
+
+
+def test_progress_of_200_jobs_is_reported_at_each_whole_percent():
+    """200 jobs finish one by one: every second job completes another 1%, so the reports are 0.01, 0.02, ..., 1.0
+    and the closing 1.0, about one per percent (a few half-percent extras where k/100 x 100 rounds below k)."""
+    seen: list[float] = []
+    jobs = [TraceJob(f"j{i}", 10.0 * i, 1, 5.0) for i in range(200)]
+    simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs", progress=seen.append)
+    assert seen[0] == 0.01 and seen[-2:] == [1.0, 1.0] and seen == sorted(seen)
+    assert {round(x, 9) for x in seen} >= {k / 100 for k in range(1, 101)}
+    assert 101 <= len(seen) <= 106
+
+
+def test_a_round_that_started_a_job_is_followed_by_one_more_round(monkeypatch):
+    """Round-based FCFS (60 s), one job (0 s, 2 GPUs, 100 s): the round at 0 starts it, its decision changed the state
+    so the round at 60 looks again (nothing to do), and its end at 100 s leaves nothing to decide: 2 policy calls."""
+    monkeypatch.setitem(REGISTRY, "rounds", _fcfs_with("rounds", round_s=60.0))
+    r = simulate([TraceJob("a", 0.0, 2, 100.0)], parse_cluster_yaml(ONE_NODE), "rounds")
+    assert r.metrics()["decisions"] == 2 and r.jobs["jct_s"][0] == pytest.approx(100.0)
+
+
+def test_makespan_runs_from_the_first_arrival_to_the_last_finish():
+    """FCFS on one 8 x A100 node: a arrives at 1000 s (2 GPUs, 100 s), b at 1050 s (4 GPUs, 200 s): the last job
+    ends at 1250 s, so the makespan is 1250 - 1000 = 250 s; GPU-hours (2 x 100 + 4 x 200) / 3600."""
+    jobs = [TraceJob("a", 1000.0, 2, 100.0), TraceJob("b", 1050.0, 4, 200.0)]
+    m = simulate(jobs, parse_cluster_yaml(ONE_NODE), "fcfs").metrics()
+    assert m["makespan_s"] == pytest.approx(250.0) and m["gpu_hours"] == pytest.approx(1000 / 3600)
+    assert m["avg_utilisation"] == pytest.approx(1000 / (8 * 250))
+
+
+def test_a_policy_that_asks_to_be_woken_now_is_not_called_again_at_the_same_instant(monkeypatch):
+    """Wake-ups are for later instants only: a (0 s, 8 GPUs, 100 s) runs, b (10 s, 8 GPUs) waits; a policy whose
+    next_wake_s answers "now" is called at 0, 10 and 100 s (b starts), 3 times, not again and again at 10 s."""
+    cls = _fcfs_with("wake-now")
+    cls.next_wake_s = lambda self, view: view.now_s
+    monkeypatch.setitem(REGISTRY, "wake-now", cls)
+    r = simulate([TraceJob("a", 0.0, 8, 100.0), TraceJob("b", 10.0, 8, 100.0)], parse_cluster_yaml(ONE_NODE),
+                 "wake-now")
+    assert r.metrics()["decisions"] == 3 and r.jobs["start_s"][1] == pytest.approx(100.0)
+
+
+def test_an_empty_trace_error_names_only_the_three_commonest_skip_reasons(golden_cluster):
+    bad = load_native("job_id,arrival_s,num_gpus,duration_s\na,0,0,60\nb,x,1,60\nc,y,1,60\nd,0,1,-5\ne,0,1,\n"
+                      "f,z,1,60\ng,0,-1,60\n")
+    with pytest.raises(SpecError) as err:
+        simulate(bad, golden_cluster, "fcfs", options=OPTS)
+    msg = str(err.value)  # 3 x arrival, 2 x num_gpus, then one each of two duration reasons: only one of those
+    assert "skipped 7 rows" in msg and "3 arrival_s" in msg and "2 num_gpus" in msg
+    assert ("duration_s: missing" in msg) != ("duration_s: must be >= 0" in msg)
+
+
+def test_p99_queueing_interpolates_between_the_two_waits():
+    """FCFS on one 8 x A100 node: a (0 s, 8 GPUs, 1000 s) starts at once, b (10 s, 8 GPUs) waits to 1000 s: waits
+    0 and 990 s; the 99th percentile (linear between order statistics) = 0.99 x 990 = 980.1 s, the mean 495 s."""
+    m = simulate([TraceJob("a", 0.0, 8, 1000.0), TraceJob("b", 10.0, 8, 500.0)], parse_cluster_yaml(ONE_NODE),
+                 "fcfs").metrics()
+    assert m["p99_queue_s"] == pytest.approx(980.1, abs=1e-6) and m["avg_queue_s"] == pytest.approx(495.0, abs=1e-6)
