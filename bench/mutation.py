@@ -139,6 +139,15 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "loop", "self.wake_token += 1", "1 -> 2"):
         "wake tokens are only compared for equality with the latest one pushed: any strictly increasing counter "
         "tells a stale wake-up apart the same way",
+    ("memory", "effective_zero_stage", "return 3", "3 -> 4"):
+        "the stage is only compared (_detailed: == 0, >= 1, >= 3; _compute_copies: < 3; model_state_bytes: >= 1, "
+        ">= 2, >= 3) and has no caller outside memory.py: 4 passes every test 3 passes",
+    ("memory", "layer_activations", "ps.compute_copy_bytes > 0", "0 -> 1"):
+        "compute_copy_bytes is 0 or 2 in every PrecisionSetup (training.PRECISIONS, recipes.precision_setup's "
+        "fsdp2/deepspeed setups; TrainingSpec.precision names one of them): > 1 and > 0 agree",
+    ("memory", "_detailed", "0.0 * optimizer", "Mult -> Div"):
+        "optimizer > 0 on every stage (every stage has parameters, LoRA adapters when lora_rank >= 1, and every "
+        "optimizer keeps states: OPTIMIZER_STATE_BYTES > 0), finite (check_sizes bounds the sizes): 0 / x == 0 * x",
 }
 
 
@@ -266,7 +275,7 @@ def main() -> None:
     # a copy beside the repository, so tests that read ../shared still find it
     work = Path(tempfile.mkdtemp(prefix=".mutation-", dir=REPO.parent))
     try:
-        for part in ("frenzy_core", "tests", "sample_clusters", "pyproject.toml"):
+        for part in ("frenzy_core", "tests", "bench", "sample_clusters", "pyproject.toml"):
             src = REPO / part
             (shutil.copytree if src.is_dir() else shutil.copy)(src, work / part)
         deselect = _baseline_failures(work, sorted({t for m in args.modules for t in TARGETS[m]

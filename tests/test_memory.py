@@ -686,3 +686,49 @@ def test_sliding_window_adds_its_mask_under_eager_only(attention, mask_bytes):
     diff = (predict_memory(sliding, training, overhead=NO_OVERHEAD).activations_bytes
             - predict_memory(full, training, overhead=NO_OVERHEAD).activations_bytes)
     assert diff == mask_bytes  # one more bool s x s mask; the scores are computed in full, then masked
+
+
+# --- terms the mutation bench (bench/mutation.py) found untested, each checked against a hand-derived value -------
+MLM_CI = ModelSpec(name="mlm-ci", vocab_size=50304, hidden_size=512, num_layers=2, num_heads=8, max_positions=1024)
+
+
+def _layer_cost(training, par=None, **model):
+    """Activation bytes that two more layers add (4 layers minus 2): the per-layer kept terms, times two."""
+    acts = [predict_memory(MLM_CI.model_copy(update={"num_layers": n, **model}), training, par or Parallelism(),
+                           overhead=NO_OVERHEAD).activations_bytes for n in (2, 4)]
+    return acts[1] - acts[0]
+
+
+def test_full_recompute_keeps_only_each_layers_bf16_input():
+    # Korthikanti Sec. 5: a fully recomputed layer keeps its input, 2 s b h at bf16: 1024 x 4 x 512 x 2 B per layer
+    training = TrainingSpec(seq_len=1024, global_batch=4, micro_batch=4, precision="bf16-master", recompute="full")
+    assert _layer_cost(training) == 2 * 1024 * 4 * 512 * 2
+
+
+def test_op_sac_under_sequence_parallelism_splits_every_kept_term_over_t():
+    # Megatron SP shards the replicated (norm, dropout) activations over t as well: at t = 2 each layer keeps half
+    base = dict(seq_len=1024, global_batch=4, micro_batch=4, precision="bf16-master", framework="megatron",
+                recompute="op-sac")
+    one = _layer_cost(TrainingSpec(**base))
+    two = _layer_cost(TrainingSpec(**base, sequence_parallel=True), Parallelism(tp=2))
+    assert one > 0 and 2 * two == pytest.approx(one, abs=2)
+
+
+def test_the_last_pipeline_stage_holds_one_micro_batch_whatever_the_count():
+    # 1F1B: stage i of p holds min(p - i, m) micro-batches, so the last one holds 1 for m = 2 and m = 8 alike,
+    # while the first holds 2 (p = 2) in both
+    stages = {}
+    for m in (2, 8):
+        training = TrainingSpec(seq_len=1024, global_batch=m, micro_batch=1, precision="bf16-master")
+        stages[m] = predict_memory(MLM_CI.model_copy(update={"num_layers": 4}), training, Parallelism(pp=2),
+                                   overhead=NO_OVERHEAD).per_stage_allocated_bytes
+    assert stages[2][1] == stages[8][1]
+    assert stages[2][0] == stages[8][0]
+
+
+def test_a_single_stage_dense_first_moe_reports_its_one_stage():
+    # p = 1: the only stage is stage 0, whatever the micro-batch count; no other stage may bound the peak
+    for m in (1, 8):  # activations dominate (eager scores): a stage counted with 2 in flight would show
+        training = TrainingSpec(seq_len=1024, global_batch=m, micro_batch=1, precision="bf16-master", attention="eager")
+        result = predict_memory(DENSE_FIRST_MOE, training, overhead=NO_OVERHEAD)
+        assert result.per_stage_allocated_bytes == (result.allocated_bytes,)
