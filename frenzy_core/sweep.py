@@ -245,7 +245,10 @@ def _run_pool(grid: Grid, runs: Sequence[Run], workers: int, progress: Progress 
         for proc in procs:
             proc.terminate()
         for proc in procs:
-            proc.join(timeout=5)
+            proc.join(timeout=10)
+            if proc.is_alive():  # SIGTERM not honoured in time (a worker still starting up): no survivors
+                proc.kill()
+                proc.join(timeout=10)
         raise
     pool.shutdown(wait=True)
     return rows  # type: ignore[return-value]

@@ -8,6 +8,7 @@ cluster or model, and the server must still answer its health check and serve th
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 import pytest
@@ -56,13 +57,23 @@ def upload(page, key: str, name: str, text: str) -> None:
     wait_idle(page, 30_000)
 
 
+def wait_alert(page, expected: str, timeout_s: float = 30.0) -> list[str]:
+    """The page's alerts once one names `expected` (the upload's rerun may start a moment after the file lands)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+        if any(expected in a for a in alerts) or time.monotonic() > deadline:
+            return alerts
+        page.wait_for_timeout(200)
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE_CLUSTERS))
 def test_a_hostile_cluster_upload_is_refused_and_the_server_stays_up(browser, name):
     page, url = browser
     text, expected = HOSTILE_CLUSTERS[name]
     open_page(page, f"{url}/cluster_packing", "Cluster & packing")
     upload(page, "cl_upload", name, text)
-    alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+    alerts = wait_alert(page, expected)
     assert any(expected in a for a in alerts), f"{name}: no error naming {expected!r} in {alerts}"
     no_exception(page, f"cluster upload {name}")
     assert healthy(url)
@@ -77,7 +88,7 @@ def test_a_deeply_nested_config_json_is_refused(browser):
         tab.first.click()
         wait_idle(page)
     upload(page, "hf_upload", "deep.json", "[" * 100_000 + "]" * 100_000)
-    alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+    alerts = wait_alert(page, "nested")
     assert any("nested" in a for a in alerts), alerts
     no_exception(page, "deep config.json")
     assert healthy(url)

@@ -101,7 +101,7 @@ def test_an_exception_from_progress_stops_the_pool_and_leaves_no_worker(grid):
         run_sweep(grid, "local", workers=2, progress=stop)
     assert calls == [calls[0]]  # stopped at the first report, did not carry on
     assert time.perf_counter() - t0 < 30
-    assert not multiprocessing.active_children()
+    assert not multiprocessing.active_children()  # run_sweep joined (or killed) every worker before re-raising
 
 
 def test_an_exception_from_progress_stops_an_in_process_sweep_mid_run(grid):
