@@ -319,8 +319,8 @@ def _promote_kernel(torch, op):
 
 def _unsupported_kernel(torch, op):
     def kernel(*args, **kwargs):
-        raise NotImplementedError(f"{op} runs in bf16 under CUDA autocast but not under CPU autocast; "
-                                  "frenzy_core.hf_tracer does not emulate it")
+        raise RuntimeError(f"{op} runs in bf16 under CUDA autocast but not under CPU autocast; "
+                           "frenzy_core.hf_tracer refuses to trace it rather than count it in the wrong dtype")
 
     return kernel
 

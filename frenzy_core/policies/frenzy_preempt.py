@@ -26,6 +26,7 @@ the preemptions first). Progress is the simulator's: a preempted job keeps what 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from itertools import islice
 
 import numpy as np
@@ -44,13 +45,13 @@ class PreemptiveFrenzy(FrenzySharePolicy):
     preemptive = True  # the simulator also calls it after a release with nothing queued (a running job may grow)
     share_factor = 1.0  # a job's plans are capped at this many times its fair share of the GPUs it can use
 
+    @abstractmethod
     def priority(self, view: SchedulerView, st) -> float:
         """Lower runs first."""
-        raise NotImplementedError
 
+    @abstractmethod
     def outranks(self, winner: float, victim: float) -> bool:
         """Whether a job of priority `winner` may preempt one of priority `victim` (the required gain)."""
-        raise NotImplementedError
 
     # --- what the walk needs to know about a job ---------------------------------------------------------------
     def done_now(self, view: SchedulerView, st) -> float:
