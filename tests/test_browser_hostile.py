@@ -12,7 +12,7 @@ import time
 import urllib.request
 
 import pytest
-from browser_support import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+from browser_support import CHROMIUM
 
 pytestmark = [pytest.mark.browser]
 if not CHROMIUM.exists():
@@ -20,7 +20,8 @@ if not CHROMIUM.exists():
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="real-browser tests need the playwright package")
 
-from test_browser import VIEWPORT, no_exception, open_page, wait_idle  # noqa: E402
+from test_browser import browser_page as browser_page  # noqa: E402, F401 - the shared module-scoped server fixture
+from test_browser import no_exception, open_page, wait_idle  # noqa: E402
 
 ALIAS_BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
               "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
@@ -32,17 +33,6 @@ HOSTILE_CLUSTERS = {
                  "memory_bandwidth_gbyte_s: 100}\nnodes:\n  - {gpu_type: X, num_gpus: 1}\n", "memory_gib"),
     "huge.yaml": ("nodes:\n  - {gpu_type: T4, num_gpus: 1000000000000}\n", "num_gpus"),
 }
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with streamlit_server() as url, sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = b.new_page(viewport=VIEWPORT)
-            yield page, url
-        finally:
-            b.close()
 
 
 def healthy(url: str) -> bool:
@@ -68,8 +58,8 @@ def wait_alert(page, expected: str, timeout_s: float = 30.0) -> list[str]:
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_CLUSTERS))
-def test_a_hostile_cluster_upload_is_refused_and_the_server_stays_up(browser, name):
-    page, url = browser
+def test_a_hostile_cluster_upload_is_refused_and_the_server_stays_up(browser_page, name):
+    page, url = browser_page
     text, expected = HOSTILE_CLUSTERS[name]
     open_page(page, f"{url}/cluster_packing", "Cluster & packing")
     upload(page, "cl_upload", name, text)
@@ -80,8 +70,8 @@ def test_a_hostile_cluster_upload_is_refused_and_the_server_stays_up(browser, na
     open_page(page, f"{url}/plans", "Plans")  # the last good cluster is still there to plan on
 
 
-def test_a_deeply_nested_config_json_is_refused(browser):
-    page, url = browser
+def test_a_deeply_nested_config_json_is_refused(browser_page):
+    page, url = browser_page
     open_page(page, f"{url}/model_memory", "Model & memory")
     tab = page.locator('button[role="tab"]:has-text("config.json")')
     if tab.count():
