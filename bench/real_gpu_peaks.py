@@ -329,7 +329,8 @@ def torchtitan_rows() -> list[dict]:
             features = [*features, f"uneven-pipeline-split ({spec['num_layers']} layers over {pp * (vp or 1)} stages)"]
         training = dict(seq_len=seq, global_batch=local * fsdp, micro_batch=micro, precision="amp",
                         optimizer=bench["optimizer"], zero_stage=3, distributed_optimizer=False, recompute=recompute,
-                        sequence_parallel=tp > 1, attention="flash", dropout=0.0, framework="fsdp2")
+                        sequence_parallel=tp > 1, attention="flash", dropout=0.0, framework="fsdp2",
+                        compile=C in features)  # apply_compile: torch.compile per TransformerBlock
         rows.append(dict(
             id=f"titan:{name}:{suffix}", framework="fsdp2", split=None,
             source=f"pytorch/torchtitan {bench['path']} ({table}, row '{label}', column Memory(GiB)) at commit "

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ModelSpec
-from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, get_recipe
+from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, block_recipe, get_recipe
 from frenzy_core.training import (
     UNKNOWN_FRAMEWORK,
     Parallelism,
@@ -312,18 +312,22 @@ def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1, ep=1
         parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp, ep=ep)
     rounded = {k: np.rint(parts[k]).astype(np.int64) for k in _COMPONENTS}
     tensors = sum(rounded.values())
-    allocated, reserved, total = _gpu_reports(overhead, dp * tp * pp * cp, tensors, method)
+    pools = np.rint(parts.get("stream_pools", 0.0)).astype(np.int64)
+    allocated, reserved, total = _gpu_reports(overhead, dp * tp * pp * cp, tensors, method, pools)
     rounded["allocated"], rounded["reserved"], rounded["total"] = allocated, reserved, total
     rounded["overhead"] = total - tensors
     return rounded, phase
 
 
-def _gpu_reports(spec: OverheadSpec, num_gpus, tensors, method):
-    """(allocated, reserved, total) int64 bytes from the tensors' peak: what the allocator / nvidia-smi report."""
+def _gpu_reports(spec: OverheadSpec, num_gpus, tensors, method, stream_pools=0):
+    """(allocated, reserved, total) int64 bytes from the tensors' peak: what the allocator / nvidia-smi report.
+
+    `stream_pools`: blocks cached by other streams' pools and idle at the peak (FSDP2, `side_stream_pool_bytes`):
+    reserved, not allocated, and not reusable by the default stream."""
     if method == "paper":  # the paper adds nothing beyond its two terms
         return tensors, tensors, tensors
     allocated = tensors + spec.workspace_bytes  # cuBLAS workspaces live inside the caching allocator
-    reserved = allocated + np.rint(spec.fragmentation_fraction * tensors).astype(np.int64)
+    reserved = allocated + np.rint(spec.fragmentation_fraction * tensors).astype(np.int64) + stream_pools
     nccl = np.where(num_gpus > 1, spec.nccl_buffer_bytes, 0)
     total = reserved + spec.cuda_context_bytes + nccl
     return allocated, reserved, total.astype(np.int64)
@@ -469,7 +473,7 @@ def layer_activations(
     The recipe changes the terms its framework's code changes (frenzy_core.recipes). `moe_layer` picks a dense or
     an MoE layer of an MoE model (default: MoE for MoE models).
     """
-    recipe = recipe or get_recipe(training.framework)
+    recipe = recipe or block_recipe(get_recipe(training.framework), training)
     moe_layer = model.is_moe if moe_layer is None else moe_layer and model.is_moe
     ps = recipe.precision_setup(training.precision)
     h, a, q, kv, ffn = model.hidden_size, model.num_heads, model.q_dim, model.kv_dim, model.ffn
@@ -688,6 +692,7 @@ def _candidate_stages(model: ModelSpec, p):
 def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1):
     """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
     recipe = get_recipe(training.framework)
+    blocks = block_recipe(recipe, training)  # what runs inside the transformer blocks (compiled or eager)
     ps = recipe.precision_setup(training.precision)
     d, t, p, b, c, v, e = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp, ep))
     s, V, h = training.seq_len, model.vocab_size, model.hidden_size
@@ -709,14 +714,14 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
 
     def layer_terms(moe_layer: bool):
         """(all activations of one layer, what it keeps until its backward), bytes per micro-batch."""
-        layer = layer_activations(model, training, recipe, moe_layer)
+        layer = layer_activations(model, training, blocks, moe_layer)
         full = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
         if training.recompute == "full":
             # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the
             # layer being recomputed in backward holds its full set once (phase "backward-recompute").
             kept = tokens * resid * h / sp_divisor
         elif training.recompute == "op-sac":
-            sac = op_sac_layer_activations(model, training, recipe, moe_layer)
+            sac = op_sac_layer_activations(model, training, blocks, moe_layer)
             kept = tokens * (sac.replicated / sp_divisor + sac.split / t)
         else:
             kept = full
@@ -794,6 +799,13 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             opt_step_temp = opt_temp
         if offload == "params":  # ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only gathered layers are on the GPU
             weights = 0.0 * weights
+        # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes)
+        reduce_scatter_pool, all_gather_pool = side_stream_pool_bytes(model, recipe, ps, grads, t, p, stage, shard, e)
+
+        def idle_pools(alive_grads):
+            """Side-stream bytes reserved but not allocated while `alive_grads` of the shards exist."""
+            return np.maximum(reduce_scatter_pool - alive_grads, 0.0) + all_gather_pool
+
         # the params this GPU's optimizer updates
         updated_params = params / shard + expert_params / (shard / e) if shard_optimizer >= 1 else params + expert_params
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
@@ -804,6 +816,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "activations": 0.0 * acts,
             "logits": 0.0 * acts,
             "transient": updated_params * opt_step_temp,  # foreach AdamW: one temporary per updated param
+            "stream_pools": idle_pools(grads),
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
@@ -832,6 +845,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "activations": acts,
             "logits": logits,
             "transient": copies_at_loss + buckets,
+            "stream_pools": idle_pools(grads_alive),
         }
         # Recomputing a checkpointed layer in backward: its full activations once, the output gradient, its copies.
         recompute = {
@@ -841,6 +855,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "activations": acts + (layer_bytes - kept_layer if full_recompute else 0.0),
             "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
             "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
+            "stream_pools": idle_pools(grads_alive) if full_recompute else 0.0 * acts,
         }
         if not full_recompute:
             recompute = {k: 0.0 * acts for k in recompute}
@@ -851,7 +866,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     best = np.argmax(totals, axis=0)
     parts = {
         k: np.choose(best, [np.broadcast_to(np.asarray(c[k], dtype=np.float64), shape) for c in candidates])
-        for k in _COMPONENTS
+        for k in (*_COMPONENTS, "stream_pools")
     }
     return parts, best % len(_PHASES)
 
@@ -885,10 +900,48 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     gathered = np.minimum(recipe.zero3_gathered_layers * largest, stage_layer_weights)
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
+    # torchtitan apply_fsdp keeps the last block unsharded after forward; the next block is prefetched only from a
+    # block's pre_backward, so while the loss' backward runs fewer layers are gathered than during a block's
+    at_loss = gathered
+    if recipe.zero3_layers_at_loss:
+        at_loss = np.minimum(recipe.zero3_layers_at_loss * largest, gathered)
     if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
-        embedding = model.vocab_size * model.hidden_size / t  # tied and p == 1: the head already counted it
-        head = head + np.where((stage == 0) & (~last | (not model.tie_embeddings)), embedding, 0.0)
-    return (gathered + head) * ps.activation_bytes, 0.0 * gathered
+        head = head + _root_embedding(model, t, stage, last)
+    return (at_loss + head) * ps.activation_bytes, (gathered - at_loss) * ps.activation_bytes
+
+
+def _root_embedding(model: ModelSpec, t, stage, last):
+    """The root unit's embedding matrix on `stage` (untied: a matrix of its own; tied and p == 1: it is the head)."""
+    embedding = model.vocab_size * model.hidden_size / t
+    return np.where((stage == 0) & (~last | (not model.tie_embeddings)), embedding, 0.0)
+
+
+def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup, grads, t, p, stage, shard, ep=1):
+    """(reduce-scatter pool, all-gather copy-in pool) bytes FSDP2 keeps reserved on its side streams.
+
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (torch 2.6, the torchtitan tables' era):
+    `foreach_reduce` allocates `reduce_output` inside `with stream(reduce_scatter_stream)`, and that buffer becomes
+    the sharded `.grad` (`torch.as_strided(reduce_output, ...)`): every sharded gradient lives in the reduce-scatter
+    stream's pool, which keeps the blocks after `zero_grad(set_to_none=True)` frees them. `foreach_all_gather`
+    allocates the flat bf16 all-gather output (and the bf16 copy of the local shards) inside
+    `with stream(all_gather_copy_in_stream)`; in forward `wait_for_unshard` holds the previous group's output in
+    `all_gather_state` until the next copy-out, so the pool peaks at the root unit's output (embedding, final norm
+    and head, gathered first) beside the first block's output and input shard. The caching allocator hands a freed
+    block only to the stream that allocated it (c10/cuda/CUDACachingAllocator.cpp get_free_block: block->stream),
+    so these bytes stay reserved when the default stream peaks. Zero for recipes without side-stream pools.
+    """
+    if not recipe.side_stream_pools:
+        return 0.0 * grads, 0.0 * grads
+    last = stage == p - 1
+    # the root unit: every parameter outside the blocks (torchtitan fully_shard(model) last): the word embedding
+    # and learned positions on the first stage, the final norm and the head (a tied one: the same matrix) on the last
+    positions = model.embedding_parameters() - model.vocab_size * model.hidden_size
+    root = np.where(last, model.vocab_size * model.hidden_size / t + model.norm_parameters(), 0.0)
+    root = root + _root_embedding(model, t, stage, last) + np.where(stage == 0, positions, 0.0)
+    dense_layer, moe_layer = _layer_weights(model, t, ep)
+    layer = np.maximum(dense_layer, moe_layer) if model.is_moe else dense_layer
+    all_gather = (np.maximum(root, layer) + layer + layer / shard) * ps.activation_bytes
+    return grads, all_gather
 
 
 def lora_parameters(model: ModelSpec, rank: int, targets: str) -> int:
@@ -962,6 +1015,10 @@ def op_sac_layer_activations(
     the ops in `_save_list` (aten.mm, the SDPA flash / efficient / cuDNN kernels, reduce_scatter, max) except every
     second mm, counted per block in forward order; the block's input is kept by the checkpoint; all else is
     recomputed. Llama's mm order is wq, wk, wv, wo, w1, w3, w2 (GELU MLP: fc1, fc2), so wq, wv, w1 and w2 are kept.
+    Eager SAC caches every MUST_SAVE output (torch/utils/checkpoint.py _CachingTorchDispatchMode); under
+    `training.compile` the partitioner saves a MUST_SAVE node only if the backward graph needs it
+    (torch/_functorch/partitioners.py: must_recompute for PREFER_RECOMPUTE, should_ban_recomputation for
+    MUST_SAVE), and the last mm's output, which only the residual add consumes, is not needed: it is dropped.
     """
     ps = recipe.precision_setup(training.precision)
     act = ps.activation_bytes
@@ -976,7 +1033,8 @@ def op_sac_layer_activations(
     attention_output = act * model.attention_output_dim + FP32_BYTES * a  # SDPA output and log-sum-exp
     last_is_h = 1 if kept[-1] == h and len(widths) % 2 == 1 else 0  # w2's output: replicated, like the input
     split = act * (sum(kept) - last_is_h * h) + attention_output
-    return _LayerActivations(replicated=block_input + act * h * last_is_h, split=split, scores=0.0)
+    block_output_addend = 0 if training.compile else act * h * last_is_h  # eager caches it, compile does not save it
+    return _LayerActivations(replicated=block_input + block_output_addend, split=split, scores=0.0)
 
 
 def effective_zero_stage(training: TrainingSpec) -> int:

@@ -53,6 +53,8 @@ class Recipe:
     reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
     max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
     fp32_router_input: bool = False  # the MoE router casts its input to fp32 first (HF DeepSeek-V2/V3 routers)
+    zero3_layers_at_loss: int = 0  # layers unsharded while the loss' backward runs (0: zero3_gathered_layers)
+    side_stream_pools: bool = False  # FSDP2: sharded grads and all-gather buffers live in side-stream pools
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -133,8 +135,20 @@ RECIPES: dict[str, Recipe] = {
         # torchtitan apply_fsdp: fully_shard(model) last, so tok_embeddings, norm and output form the root unit, which
         # FSDP2 does not reshard after forward (FSDPState._lazy_init: the root's post_forward_mesh_info is None)
         root_unit_unsharded=True,
-        # the reduce-scattered fp32 gradient shards accumulate into .grad through backward
-        grads_alive_at_peak=True,
+        # torchtitan train.py train_step: optimizers.zero_grad() (set_to_none) before the forward, so no gradient
+        # exists when the loss' backward runs; the blocks the shards lived in stay reserved (side_stream_pools)
+        grads_alive_at_peak=False,
+        # torchtitan models/norms.py RMSNorm (norm_type "rmsnorm", train_configs/llama3_8b.toml):
+        # self._norm(x.float()).type_as(x) * weight, eager: keeps the fp32 copy and the normalised bf16 tensor
+        unfused_rmsnorm=True,
+        # apply_fsdp: reshard_after_forward = layer_id < n_layers - 1: the last block stays unsharded into backward;
+        # the next is prefetched only from a block's pre_backward (FSDPParamGroup._backward_prefetch)
+        zero3_layers_at_loss=1,
+        # fsdp/_fully_shard/_fsdp_collectives.py (torch 2.6): foreach_reduce allocates reduce_output, which becomes
+        # the sharded .grad, inside `with stream(reduce_scatter_stream)`; foreach_all_gather allocates the flat
+        # all-gather output inside `with stream(all_gather_copy_in_stream)`. The caching allocator reuses a freed
+        # block only on the stream that allocated it (CUDACachingAllocator get_free_block compares block->stream)
+        side_stream_pools=True,
     ),
     # DeepSpeed ZeRO 1/2/3, bf16 engine
     "deepspeed": replace(
@@ -151,6 +165,19 @@ RECIPES: dict[str, Recipe] = {
 }
 
 FRAMEWORKS = tuple(RECIPES)
+
+
+def block_recipe(recipe: Recipe, training) -> Recipe:
+    """The recipe inside the transformer blocks of a `TrainingSpec`: with `compile`, torchtitan's apply_compile
+    (parallelize_llama.py at 9dec370) wraps each TransformerBlock in torch.compile(fullgraph=True), and Inductor
+    fuses its RMSNorms (no fp32 copy saved); the final norm, the head and the loss stay eager.
+
+    >>> block_recipe(RECIPES["fsdp2"], type("T", (), {"compile": True})()).unfused_rmsnorm
+    False
+    """
+    if getattr(training, "compile", False):
+        return replace(recipe, unfused_rmsnorm=False)
+    return recipe
 
 
 def get_recipe(framework: str) -> Recipe:

@@ -82,17 +82,23 @@ def test_hf_trainer_drops_the_model_output_before_backward():
 
 
 def test_fsdp2_zero3_by_hand():
-    # gpt2 (124,439,808 params), amp -> MixedPrecisionPolicy(bf16, fp32), d=8, b=1, s=1024, B=8: fp32 params, fp32
-    # gradients (alive: FSDP2 keeps the reduce-scattered shards) and Adam's 8 B, all / 8; the gathered bf16 copies are
-    # two blocks (2 x 7,087,872) plus the head's unit (the tied 38,597,376-parameter embedding): 105,546,240 bytes.
+    # gpt2 (124,439,808 params), amp -> MixedPrecisionPolicy(bf16, fp32), d=8, b=1, s=1024, B=8 (one micro-batch):
+    # fp32 params and Adam's 8 B, / 8; no gradient while the loss' backward runs (torchtitan zero_grad(set_to_none)
+    # before the forward); gathered bf16: the last block (not resharded after forward: 7,087,872) plus the head's
+    # unit (the tied 38,597,376-parameter embedding): 91,370,496 bytes.
     P = 124_439_808
     training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1, precision="amp", framework="fsdp2")
     got = predict_memory(GPT2, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
     assert got.weights_bytes == P * 4 // 8
-    assert got.gradients_bytes == P * 4 // 8
+    assert got.gradients_bytes == 0
     assert got.optimizer_bytes == P * 8 // 8
-    assert got.transient_bytes == (2 * 7_087_872 + 38_597_376) * 2 == 105_546_240
+    assert got.transient_bytes == (7_087_872 + 38_597_376) * 2 == 91_370_496
     assert got.peak_phase == "backward-start"
+    # reserved, not allocated: the fp32 gradient shards' blocks in the reduce-scatter stream's pool (P x 4 / 8) and
+    # the all-gather copy-in pool's peak: the root unit (head 38,597,376 + ln_f 1,536 + wpe 786,432) beside the first
+    # block's output (7,087,872) and its bf16 input shard (7,087,872 / 8), all bf16
+    all_gather = (38_597_376 + 1_536 + 786_432 + 7_087_872 + 7_087_872 // 8) * 2
+    assert got.reserved_bytes - got.allocated_bytes == P * 4 // 8 + all_gather == 62_219_904 + 94_718_400
 
 
 def test_fsdp2_rejects_zero_1_and_2():
@@ -167,13 +173,91 @@ def test_hf_gpt2_eager_softmax_follows_the_input_dtype():
 
 def test_fsdp2_root_unit_keeps_embedding_and_head_unsharded():
     # torchtitan apply_fsdp: tok_embeddings + norm + output are the root unit, not resharded after forward.
-    # Llama-3.1-8B (untied), d = 8: gathered bf16 = two blocks (2 x 218,112,000) + head + embedding
-    # (2 x 128,256 x 4,096) = 1,486,897,152 params x 2 B.
+    # Llama-3.1-8B (untied), d = 8: gathered bf16 while the loss' backward runs = the last block (218,112,000) + head +
+    # embedding (2 x 128,256 x 4,096) = 1,268,785,152 params x 2 B.
     block = LLAMA8.layer_parameters()
     assert block == 218_112_000
     training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1, precision="amp", framework="fsdp2")
     got = predict_memory(LLAMA8, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
-    assert got.transient_bytes == (2 * block + 2 * 128_256 * 4096) * 2 == 2_973_794_304
+    assert got.transient_bytes == (block + 2 * 128_256 * 4096) * 2 == 2_537_570_304
+
+
+def test_fsdp2_side_stream_pools_for_llama_8b():
+    # Llama-3.1-8B (8,030,261,248 params), d = 8: the reduce-scatter pool holds every fp32 gradient shard
+    # (8,030,261,248 x 4 / 8 = 4,015,130,624); the all-gather copy-in pool the root unit's bf16 output (embedding +
+    # head 2 x 525,336,576 + final norm 4,096) beside block 0's output (218,112,000) and input shard (27,264,000):
+    # 1,296,053,248 x 2 = 2,592,106,496. Both are reserved, never allocated, at the default stream's peak.
+    training = TrainingSpec(seq_len=8192, global_batch=16, micro_batch=2, precision="amp", framework="fsdp2",
+                            recompute="op-sac")
+    got = predict_memory(LLAMA8, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert got.reserved_bytes - got.allocated_bytes == 4_015_130_624 + 2_592_106_496
+    assert got.total_bytes == got.reserved_bytes  # no overhead: total = reserved, the components still sum to it
+    assert sum(got.components().values()) == got.total_bytes
+    # other recipes keep no side-stream pools: reserved = allocated without overhead
+    pt = predict_memory(LLAMA8, training.model_copy(update={"framework": "pytorch", "zero_stage": 3}),
+                        Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert pt.reserved_bytes == pt.allocated_bytes
+
+
+def test_fsdp2_recomputed_block_has_its_next_block_prefetched():
+    # 12 x 512 GPT (vocab 512, tied), full recomputation, d = 4: the loss is small, so the peak is a block's
+    # recomputation; FSDP2 has that block and the one _backward_prefetch gathered: 2 x 3,152,384 + the tied head
+    # 262,144, bf16 = 13,133,824 bytes; while the loss' backward runs only one block: 6,829,056.
+    small = MLM_GPT.model_copy(update={"vocab_size": 512})
+    training = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=4, precision="amp", framework="fsdp2",
+                            recompute="full")
+    got = predict_memory(small, training, Parallelism(dp=4), overhead=NO_OVERHEAD)
+    assert got.peak_phase == "backward-recompute"
+    assert got.transient_bytes == (2 * 3_152_384 + 512 * 512) * 2 == 13_133_824
+    big_vocab = predict_memory(MLM_GPT, training, Parallelism(dp=4), overhead=NO_OVERHEAD)
+    assert big_vocab.peak_phase == "backward-start"
+    assert big_vocab.transient_bytes == (3_152_384 + 50_304 * 512) * 2
+
+
+def test_fsdp2_final_norm_is_torchtitans_eager_rmsnorm():
+    # Llama-3.1-8B, full recomputation, s = 1,024, b = 1: per token 32 block inputs (32 x 2h), the final RMSNorm
+    # (norms.py: x.float() kept 4h, the normalised bf16 tensor 2h, fp32 rstd 4), the head's input 2h, token and
+    # target ids (8 + 8); plus RoPE's cos/sin tables (2 x 1,024 x 128 x 2). h = 4,096.
+    h = 4096
+    per_token = 32 * 2 * h + (4 * h + 2 * h + 4) + 2 * h + 16
+    training = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=1, precision="amp", framework="fsdp2",
+                            recompute="full")
+    got = predict_memory(LLAMA8, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert got.activations_bytes == 1024 * per_token + 2 * 1024 * 128 * 2 == 302_534_656
+    # compile fuses the blocks' norms, not the final one (apply_compile wraps TransformerBlocks only)
+    compiled = predict_memory(LLAMA8, training.model_copy(update={"compile": True}), Parallelism(dp=8),
+                              overhead=NO_OVERHEAD)
+    assert compiled.activations_bytes == got.activations_bytes
+
+
+def test_fsdp2_eager_block_norms_keep_an_fp32_copy_compile_fuses_them():
+    # no recomputation: each of the block's two eager RMSNorms keeps x.float() (4h) beyond a fused kernel
+    eager = _spec("fsdp2", precision="amp", attention="flash")
+    fused = layer_activations(LLAMA8, eager.model_copy(update={"compile": True}))
+    assert layer_activations(LLAMA8, eager).replicated - fused.replicated == 2 * 4 * 4096
+
+
+def test_compiled_op_sac_saves_only_what_backward_needs():
+    # Under torch.compile the partitioner saves a MUST_SAVE mm only if backward reads it: w2's output feeds only the
+    # residual add. Llama-3.1-8B: 63,616 - 2 x 4,096 = 55,424 bytes per token per layer; over 32 layers and
+    # 16,384 tokens (b = 2, s = 8,192) that is 32 x 16,384 x 8,192 = 4,294,967,296 bytes less.
+    from frenzy_core.memory import op_sac_layer_activations
+
+    training = TrainingSpec(seq_len=8192, global_batch=16, micro_batch=2, precision="amp", framework="fsdp2",
+                            recompute="op-sac")
+    compiled = training.model_copy(update={"compile": True})
+    sac = op_sac_layer_activations(LLAMA8, compiled, get_recipe("fsdp2"))
+    assert sac.replicated + sac.split == 2 * 4096 + 2 * 4096 + 2 * 1024 + 2 * 14336 + 2 * 4096 + 4 * 32 == 55_424
+    eager = predict_memory(LLAMA8, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    comp = predict_memory(LLAMA8, compiled, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert eager.activations_bytes - comp.activations_bytes == 32 * 16_384 * 8_192 == 4_294_967_296
+
+
+def test_compile_is_modelled_for_fsdp2_only():
+    with pytest.raises(SpecError) as err:
+        make_training(framework="megatron", precision="bf16-master", compile=True)
+    assert err.value.field == "compile" or "compile" in str(err.value)
+    assert make_training(framework="unknown", compile=True).compile  # the band then holds fsdp2 alone
 
 
 def test_fp8_linears_keep_one_byte_inputs_and_a_cached_fp8_weight_with_its_transpose():
