@@ -802,10 +802,6 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes)
         reduce_scatter_pool, all_gather_pool = side_stream_pool_bytes(model, recipe, ps, grads, t, p, stage, shard, e)
 
-        def idle_pools(alive_grads):
-            """Side-stream bytes reserved but not allocated while `alive_grads` of the shards exist."""
-            return np.maximum(reduce_scatter_pool - alive_grads, 0.0) + all_gather_pool
-
         # the params this GPU's optimizer updates
         updated_params = params / shard + expert_params / (shard / e) if shard_optimizer >= 1 else params + expert_params
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
@@ -816,7 +812,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "activations": 0.0 * acts,
             "logits": 0.0 * acts,
             "transient": updated_params * opt_step_temp,  # foreach AdamW: one temporary per updated param
-            "stream_pools": idle_pools(grads),
+            "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads),
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
@@ -845,7 +841,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "activations": acts,
             "logits": logits,
             "transient": copies_at_loss + buckets,
-            "stream_pools": idle_pools(grads_alive),
+            "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads_alive),
         }
         # Recomputing a checkpointed layer in backward: its full activations once, the output gradient, its copies.
         recompute = {
@@ -855,7 +851,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "activations": acts + (layer_bytes - kept_layer if full_recompute else 0.0),
             "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
             "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
-            "stream_pools": idle_pools(grads_alive) if full_recompute else 0.0 * acts,
+            "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads_alive) if full_recompute else 0.0 * acts,
         }
         if not full_recompute:
             recompute = {k: 0.0 * acts for k in recompute}
@@ -908,6 +904,11 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
         head = head + _root_embedding(model, t, stage, last)
     return (at_loss + head) * ps.activation_bytes, (gathered - at_loss) * ps.activation_bytes
+
+
+def _idle_pools(reduce_scatter_pool, all_gather_pool, alive_grads):
+    """Side-stream bytes reserved but not allocated while `alive_grads` bytes of the gradient shards exist."""
+    return np.maximum(reduce_scatter_pool - alive_grads, 0.0) + all_gather_pool
 
 
 def _root_embedding(model: ModelSpec, t, stage, last):
