@@ -91,6 +91,7 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--lora-targets", default="all-linear", choices=["attention", "all-linear"])
     p.add_argument("--base-quant", default="none", choices=["none", "nf4", "nf4-dq"], help="QLoRA: NF4 base linears")
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
+    p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
     p.add_argument("--framework", default="pytorch",
                    choices=["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"],
@@ -126,7 +127,7 @@ def _training(args, dp: int = 1):
         sequence_parallel=args.sequence_parallel, framework=args.framework,
         recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
-        fp8_linears=args.fp8,
+        fp8_linears=args.fp8, compile=args.compile,
     )
 
 

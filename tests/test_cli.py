@@ -133,3 +133,19 @@ def test_memory_spec_file_gives_the_model(capsys, tmp_path):
     spec.write_text("hidden_size: [64]\n")
     code, out, err = run(capsys, "memory", "--spec", str(spec))
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "gelu-gqa.yaml: hidden_size" in err
+
+
+def test_memory_compile_flag_drops_the_uncompiled_sac_outputs(capsys):
+    # fsdp2, Llama-3.1-8B, op-SAC, b = 2, s = 8,192, d = 8: compiled blocks do not save w2's output (2 x 4,096 B per
+    # token per layer): 32 x 16,384 x 8,192 = 4,294,967,296 bytes less allocated (tests/test_recipes.py by hand)
+    argv = ["memory", "--model", "llama-3.1-8b", "--framework", "fsdp2", "--precision", "amp", "--recompute", "op-sac",
+            "--seq-len", "8192", "--micro-batch", "2", "--dp", "8", "--json"]
+    code, out, _ = run(capsys, *argv)
+    code_c, out_c, _ = run(capsys, *argv, "--compile")
+    assert code == code_c == 0
+    assert json.loads(out)["allocated_bytes"] - json.loads(out_c)["allocated_bytes"] == 4_294_967_296
+
+
+def test_memory_compile_needs_fsdp2(capsys):
+    code, _, err = run(capsys, "memory", "--model", "gpt2", "--seq-len", "1024", "--framework", "hf", "--compile")
+    assert code == 2 and "compile" in err and len(err.strip().splitlines()) == 1
