@@ -503,6 +503,10 @@ def layer_activations(
         rope_copies = act * (q + kv) if rotary else 0  # rotated q and k are new tensors
         flash_output = act * o  # flash output; the output projection keeps the same storage as its input
         flash_lse = FP32_BYTES * a  # log-sum-exp, a*s*b fp32 (FlashAttention-2, Dao 2023)
+        if recipe.repeat_kv_copies and rotary:
+            # torchtitan Attention.forward: SDPA saves the rotated q, and k and v widened to every head by repeat_kv;
+            # the narrow rotated k and the projections' outputs die
+            qkv_output, rope_copies = act * o, act * 2 * q
         attention_split = qkv_output + rope_copies + flash_output + flash_lse
         attention_scores = 0.0
         if model.is_mla:

@@ -55,6 +55,7 @@ class Recipe:
     fp32_router_input: bool = False  # the MoE router casts its input to fp32 first (HF DeepSeek-V2/V3 routers)
     zero3_layers_at_loss: int = 0  # layers unsharded while the loss' backward runs (0: zero3_gathered_layers)
     side_stream_pools: bool = False  # FSDP2: sharded grads and all-gather buffers live in side-stream pools
+    repeat_kv_copies: bool = False  # k and v widened to every head (expand + reshape copies) before SDPA saves them
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -130,6 +131,13 @@ RECIPES: dict[str, Recipe] = {
         describes="torchtitan-style FSDP2 (fully_shard, MixedPrecisionPolicy param bf16 / reduce fp32)",
         autocast=False,  # compute on the all-gathered bf16 params: no autocast, no weight cache
         residual_in_compute_dtype=True,
+        # torchtitan models/llama/model.py Attention: wq, wk, wv and FeedForward w1, w3 are separate nn.Linear (no
+        # autocast, so no extra casts): xq and xk die after apply_rotary_emb, xv after repeat_kv
+        separate_projections=True,
+        # Attention.forward: keys = repeat_kv(xk), values = repeat_kv(xv) (unsqueeze, expand, reshape: copies at
+        # n_heads width), then F.scaled_dot_product_attention saves them; the output's transpose(1, 2).contiguous()
+        # is a view of flash's (b, s, heads, d) output
+        repeat_kv_copies=True,
         # fully_shard: the block computing plus the one prefetched (FSDPParamGroup.pre_forward / pre_backward)
         zero3_gathered_layers=2,
         # torchtitan apply_fsdp: fully_shard(model) last, so tok_embeddings, norm and output form the root unit, which
