@@ -905,6 +905,9 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     at_loss = gathered
     if recipe.zero3_layers_at_loss:
         at_loss = np.minimum(recipe.zero3_layers_at_loss * largest, gathered)
+    if recipe.pipeline_keeps_blocks_unsharded:  # torchtitan with PP: no block reshards between micro-batches
+        gathered = np.where(p > 1, stage_layer_weights, gathered)
+        at_loss = np.where(p > 1, stage_layer_weights, at_loss)
     if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
         head = head + _root_embedding(model, t, stage, last)
     return (at_loss + head) * ps.activation_bytes, (gathered - at_loss) * ps.activation_bytes

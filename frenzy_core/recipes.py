@@ -56,6 +56,7 @@ class Recipe:
     zero3_layers_at_loss: int = 0  # layers unsharded while the loss' backward runs (0: zero3_gathered_layers)
     side_stream_pools: bool = False  # FSDP2: sharded grads and all-gather buffers live in side-stream pools
     repeat_kv_copies: bool = False  # k and v widened to every head (expand + reshape copies) before SDPA saves them
+    pipeline_keeps_blocks_unsharded: bool = False  # with p > 1 every block of the stage stays gathered all step
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -152,6 +153,9 @@ RECIPES: dict[str, Recipe] = {
         # apply_fsdp: reshard_after_forward = layer_id < n_layers - 1: the last block stays unsharded into backward;
         # the next is prefetched only from a block's pre_backward (FSDPParamGroup._backward_prefetch)
         zero3_layers_at_loss=1,
+        # apply_fsdp: `if pp_enabled: reshard_after_forward = False` for every block ("to avoid per-microbatch
+        # all-gathers"), and fully_shard(model, reshard_after_forward=not pp_enabled) for each stage's root
+        pipeline_keeps_blocks_unsharded=True,
         # fsdp/_fully_shard/_fsdp_collectives.py (torch 2.6): foreach_reduce allocates reduce_output, which becomes
         # the sharded .grad, inside `with stream(reduce_scatter_stream)`; foreach_all_gather allocates the flat
         # all-gather output inside `with stream(all_gather_copy_in_stream)`. The caching allocator reuses a freed

@@ -394,3 +394,14 @@ def test_fsdp2_activations_and_loss_equal_a_trace_of_torchtitans_llama(recompute
     # the trace also holds nll_loss's two fp32 scalars (output, total_weight), one 512-byte block each
     assert peak - setup - 2 * 512 == got.activations_bytes + got.logits_bytes - rope_tables
     assert got.peak_phase == "backward-start"
+
+
+def test_fsdp2_with_pipeline_keeps_every_block_of_the_stage_unsharded():
+    # torchtitan apply_fsdp with PP: reshard_after_forward=False for every block. 12 x 512 GPT (tied 50,304 x 512
+    # embedding, 3,152,384 per block), p = 2: the last stage holds 6 blocks + its head copy, all bf16 through the step:
+    # (6 x 3,152,384 + 25,755,648) x 2 = 89,339,904; p = 1: one block + the head, (3,152,384 + 25,755,648) x 2.
+    training = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=1, precision="amp", framework="fsdp2")
+    one = predict_memory(MLM_GPT, training, Parallelism(dp=2), overhead=NO_OVERHEAD)
+    two = predict_memory(MLM_GPT, training, Parallelism(dp=2, pp=2), overhead=NO_OVERHEAD)
+    assert one.transient_bytes == (3_152_384 + 50_304 * 512) * 2 == 57_816_064
+    assert two.transient_bytes == (6 * 3_152_384 + 50_304 * 512) * 2 == 89_339_904
