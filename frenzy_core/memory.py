@@ -112,7 +112,7 @@ class MemoryBreakdown:
     activations_bytes: int  # what autograd saved for backward, for every micro-batch in flight on this stage
     logits_bytes: int  # logits / loss buffers or the LM head's gradient at the start of backward
     transient_bytes: int  # optimizer-step: foreach temporary; backward: autocast's bf16 weight copies, ZeRO-3 gathers
-    overhead_bytes: int  # CUDA context, workspaces, NCCL, fragmentation (OverheadSpec)
+    overhead_bytes: int  # CUDA context, workspaces, NCCL, fragmentation (OverheadSpec), FSDP2's idle stream pools
     total_bytes: int  # = sum of the parts: what nvidia-smi shows for this process
     peak_phase: str  # "optimizer-step", "backward-start", "backward-recompute" (detailed), "static+activations"
     method: str
@@ -820,7 +820,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
-        # the framework keeps its sharded gradients (FSDP2).
+        # the recipe says so (grads_alive_at_peak; FSDP2's shards are freed by zero_grad, their blocks stay reserved).
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
@@ -884,7 +884,8 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     ZeRO-3 / FSDP: a full weight exists only while its layer is gathered; the gather is in the compute dtype
     (FSDP2 MixedPrecisionPolicy.param_dtype, DeepSpeed's bf16 params), so it is the copy, and the sharded
     parameters have no autocast cache. Gathered: the layer computing plus the one prefetched (FSDP2), or up to
-    stage3_max_live_parameters elements (DeepSpeed); on the last stage the LM head's unit too.
+    stage3_max_live_parameters elements (DeepSpeed); on the last stage the LM head's unit too. The second value is
+    what a recomputed layer adds: its autocast copies, or (FSDP2) the prefetched block not yet gathered at the loss.
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
@@ -901,7 +902,7 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     if recipe.max_live_parameters:
         gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
     # torchtitan apply_fsdp keeps the last block unsharded after forward; the next block is prefetched only from a
-    # block's pre_backward, so while the loss' backward runs fewer layers are gathered than during a block's
+    # block's pre_backward, so while the loss' backward runs fewer layers are gathered than in a block's backward
     at_loss = gathered
     if recipe.zero3_layers_at_loss:
         at_loss = np.minimum(recipe.zero3_layers_at_loss * largest, gathered)
