@@ -273,119 +273,28 @@ def test_fp8_linears_keep_one_byte_inputs_and_a_cached_fp8_weight_with_its_trans
     assert b8.transient_bytes - b0.transient_bytes == 2 * linears
 
 
-# --- the fsdp2 recipe against a fake-tensor trace of a torchtitan-style Llama ------------------------------------------
-# Written from torchtitan 9dec370 (models/llama/model.py, models/norms.py RMSNorm, parallelisms/parallelize_llama.py
-# op-SAC policy, train.py loss): bf16 parameters as FSDP2's all-gather computes on them (no FSDP on one process),
-# separate wq/wk/wv, complex RoPE, repeat_kv copies, SDPA is_causal, eager RMSNorm, `cross_entropy(pred.float())`
-# then `del pred`. The CPU flash kernel stands in for CUDA's in the SAC save list (it saves the same tensors).
-TITAN = dict(V=2048, H=256, L=2, A=4, KV=2, FFN=512, S=256, B=2)
+# --- the fsdp2 recipe against a fake-tensor trace of a torchtitan-style Llama (bench/titan_trace.py) ----------------
+def _titan_bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "titan_trace.py"
+    spec = importlib.util.spec_from_file_location("titan_trace", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _trace_titan_llama(torch, op_sac: bool) -> tuple[int, int]:
-    """(live bytes after building the model, peak bytes) of one forward + backward."""
-    from collections import defaultdict
-
-    import torch.nn.functional as F
-    from torch import nn
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
-
-    from frenzy_core.tracer import _make_tracker
-
-    V, H, L, A, KV, FFN, S, B = TITAN.values()
-    hd = H // A
-
-    class RMSNorm(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(H))
-
-        def forward(self, x):
-            y = x.float()
-            return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * self.weight
-
-    def rope(x, cis):
-        z = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-        return torch.view_as_real(z * cis.view(1, x.shape[1], 1, -1)).flatten(3).type_as(x)
-
-    def widen(x):  # repeat_kv: unsqueeze, expand, reshape
-        b, s = x.shape[:2]
-        return x.unsqueeze(3).expand(b, s, KV, A // KV, hd).reshape(b, s, A, hd)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            lin = lambda i, o: nn.Linear(i, o, bias=False)  # noqa: E731
-            self.wq, self.wk, self.wv, self.wo = lin(H, A * hd), lin(H, KV * hd), lin(H, KV * hd), lin(A * hd, H)
-            self.w1, self.w2, self.w3 = lin(H, FFN), lin(FFN, H), lin(H, FFN)
-            self.attention_norm, self.ffn_norm = RMSNorm(), RMSNorm()
-
-        def forward(self, x, cis):
-            b, s, _ = x.shape
-            z = self.attention_norm(x)
-            q, k, v = (w(z).view(b, s, -1, hd) for w in (self.wq, self.wk, self.wv))
-            q, k = rope(q, cis), rope(k, cis)
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), widen(k).transpose(1, 2),
-                                               widen(v).transpose(1, 2), is_causal=True)
-            h = x + self.wo(o.transpose(1, 2).contiguous().view(b, s, -1))
-            z = self.ffn_norm(h)
-            return h + self.w2(F.silu(self.w1(z)) * self.w3(z))
-
-    save = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_flash_attention.default,
-            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
-
-    def sac_context():
-        count = defaultdict(int)
-
-        def policy(ctx, func, *args, **kwargs):
-            mode = "recompute" if ctx.is_recompute else "forward"
-            count[mode] += func == torch.ops.aten.mm.default
-            keep = func in save and not (func == torch.ops.aten.mm.default and count[mode] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-
-        return create_selective_checkpoint_contexts(policy)
-
-    class Llama(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok_embeddings, self.layers = nn.Embedding(V, H), nn.ModuleList(Block() for _ in range(L))
-            self.norm, self.output = RMSNorm(), nn.Linear(H, V, bias=False)
-            freqs = 1.0 / 10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-            angles = torch.outer(torch.arange(S, dtype=torch.float32), freqs)
-            self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles))  # complex64
-
-        def forward(self, tokens):
-            h = self.tok_embeddings(tokens)
-            for layer in self.layers:
-                h = (checkpoint(layer, h, self.freqs_cis, use_reentrant=False, context_fn=sac_context,
-                                preserve_rng_state=False) if op_sac else layer(h, self.freqs_cis))
-            return self.output(self.norm(h))
-
-    tracker = _make_tracker(torch)()
-    with FakeTensorMode(), tracker:
-        default = torch.get_default_dtype()
-        torch.set_default_dtype(torch.bfloat16)
-        try:
-            net = Llama()
-        finally:
-            torch.set_default_dtype(default)
-        setup = tracker.live
-        tokens, labels = torch.randint(0, V, (B, S)), torch.randint(0, V, (B, S))
-        pred = net(tokens)
-        loss = F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
-        del pred
-        loss.backward()
-    return setup, tracker.peak
+TINY_TITAN = dict(V=2048, H=256, L=2, A=4, KV=2, FFN=512, S=256, B=2)
 
 
 @pytest.mark.parametrize("recompute", ["op-sac", "none"])
 def test_fsdp2_activations_and_loss_equal_a_trace_of_torchtitans_llama(recompute):
     torch = pytest.importorskip("torch")
-    V, H, L, A, KV, FFN, S, B = TITAN.values()
-    setup, peak = _trace_titan_llama(torch, op_sac=recompute == "op-sac")
-    spec = ModelSpec(name="tiny-titan", vocab_size=V, hidden_size=H, num_layers=L, num_heads=A, num_kv_heads=KV,
-                     ffn_size=FFN, mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", max_positions=S,
-                     norm_kind="rmsnorm", bias=False)
+    titan = _titan_bench()
+    V, H, L, A, KV, FFN, S, B = TINY_TITAN.values()
+    setup, peak = titan.trace_titan_llama(torch, TINY_TITAN, op_sac=recompute == "op-sac")
+    spec = titan.model_spec(TINY_TITAN)
     assert setup == 2 * spec.parameter_count() + S * (H // A // 2) * 8  # bf16 params + the complex64 freqs_cis
     training = TrainingSpec(seq_len=S, global_batch=B, micro_batch=B, precision="amp", framework="fsdp2",
                             recompute=recompute)
