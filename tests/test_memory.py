@@ -416,12 +416,17 @@ def _bench():
     return module
 
 
-def test_megatron_recipe_meets_its_targets_on_real_gpu_peaks_held_out_included():
-    bench = _bench()
+def _real_gpu_summary(bench, framework: str) -> dict:
+    """bench/memory_accuracy.py's per-split summary of `framework` on the real-GPU fixture (skip without it)."""
     rows = bench._read_jsonl(bench.REAL_GPU_FIXTURE)
     if not rows:
         pytest.skip(f"{bench.REAL_GPU_FIXTURE} not in this checkout")
-    summary = bench.framework_summary(bench.compare_real_gpu(rows))["megatron"]
+    return bench.framework_summary(bench.compare_real_gpu(rows))[framework]
+
+
+def test_megatron_recipe_meets_its_targets_on_real_gpu_peaks_held_out_included():
+    bench = _bench()
+    summary = _real_gpu_summary(bench, "megatron")
     for split in ("calibration", "heldout"):  # dense rows whose features the recipe models
         assert summary[split]["rows"] >= 10
         assert summary[split]["median_abs_err"] <= bench.TARGET_REAL_MEDIAN_ABS_ERR
@@ -738,10 +743,7 @@ def test_fsdp2_recipe_meets_its_targets_on_torchtitans_published_peaks():
     # torchtitan's Llama-3.1-8B tables (max_reserved): the modelled rows (eager and per-block torch.compile, op-SAC)
     # of both splits within issue 8's targets; bench/memory_accuracy.py prints them row by row
     bench = _bench()
-    rows = bench._read_jsonl(bench.REAL_GPU_FIXTURE)
-    if not rows:
-        pytest.skip(f"{bench.REAL_GPU_FIXTURE} not in this checkout")
-    summary = bench.framework_summary(bench.compare_real_gpu(rows))["fsdp2"]
+    summary = _real_gpu_summary(bench, "fsdp2")
     assert summary["calibration"]["rows"] >= 3 and summary["heldout"]["rows"] >= 1
     for split in ("calibration", "heldout"):
         assert summary[split]["median_abs_err"] <= bench.TARGET_REAL_MEDIAN_ABS_ERR

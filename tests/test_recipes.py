@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from frenzy_core.errors import SpecError
@@ -274,24 +277,16 @@ def test_fp8_linears_keep_one_byte_inputs_and_a_cached_fp8_weight_with_its_trans
 
 
 # --- the fsdp2 recipe against a fake-tensor trace of a torchtitan-style Llama (bench/titan_trace.py) ----------------
-def _titan_bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "titan_trace.py"
-    spec = importlib.util.spec_from_file_location("titan_trace", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 TINY_TITAN = dict(V=2048, H=256, L=2, A=4, KV=2, FFN=512, S=256, B=2)
 
 
 @pytest.mark.parametrize("recompute", ["op-sac", "none"])
 def test_fsdp2_activations_and_loss_equal_a_trace_of_torchtitans_llama(recompute):
     torch = pytest.importorskip("torch")
-    titan = _titan_bench()
+    bench = str(Path(__file__).resolve().parents[1] / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import titan_trace as titan
     V, H, L, A, KV, FFN, S, B = TINY_TITAN.values()
     setup, peak = titan.trace_titan_llama(torch, TINY_TITAN, op_sac=recompute == "op-sac")
     spec = titan.model_spec(TINY_TITAN)
