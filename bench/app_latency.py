@@ -39,8 +39,8 @@ MEMORY_TARGET_S = 0.5
 WARM_VISITS = 3
 EDITS = 6
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-METRIC_LABEL = "Per-GPU peak (detailed)"
-METRIC = '[data-testid="stMetric"]:has-text("Per-GPU peak (detailed)") [data-testid="stMetricValue"]'
+METRIC_LABEL = "Peak per GPU"
+METRIC = '[data-testid="stMetric"]:has-text("Peak per GPU") [data-testid="stMetricValue"]'
 
 
 SETTLED_JS = "() => new Promise(r => requestAnimationFrame(() => requestIdleCallback(() => r(true), {timeout: 10000})))"

@@ -110,23 +110,24 @@ st.caption(f"{m.name} · seq {t.seq_len} · global batch {t.global_batch} · {t.
            f"recompute {t.recompute} on **{c.name}** ({c.total_gpus} GPUs). Change them on the Model & memory and "
            "Cluster pages.")
 
-c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-objective = c1.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,
+# the objective on its own row and the number inputs four to a row: narrower columns clip them below 1,400 px
+objective = st.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,
                                  key="plans_objective") or "time"
-tokens = c2.number_input("token budget", min_value=1e6, max_value=1e16, step=1e9, format="%.3g", key="plans_tokens",
-                         help="tokens to train for, 1e6 to 1e16")
-method = c3.selectbox("memory method", ["detailed", "paper"], key="plans_method")
-margin = c4.slider("safety margin", 0.0, 0.5, step=0.01, key="plans_margin",
-                   help="fraction of each GPU's memory kept free")
 c1, c2, c3, c4 = st.columns(4)
+tokens = c1.number_input("token budget", min_value=1e6, max_value=1e16, step=1e9, format="%.2e", key="plans_tokens",
+                         help="tokens to train for, 1e6 to 1e16")
+method = c2.selectbox("memory method", ["detailed", "paper"], key="plans_method")
+margin = c3.slider("safety margin", 0.0, 0.5, step=0.01, key="plans_margin",
+                   help="fraction of each GPU's memory kept free")
+floor = c4.slider("scaling floor", 0.0, 1.0, step=0.05, key="plans_floor",
+                  help="drop a plan when the GPUs it adds over a smaller plan of the same GPU type buy less than "
+                       "this share of linear speed-up (0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
+c1, c2, c3, _ = st.columns(4)
 deadline_h = c1.number_input("deadline (h, 0 = none)", min_value=0.0, max_value=1e6, step=24.0, key="plans_deadline_h",
                              help="drop plans that take longer than this to train the token budget")
 max_gpus = c2.number_input("max GPUs (0 = none)", min_value=0, max_value=1_000_000, step=8, key="plans_max_gpus")
 budget = c3.number_input("budget (USD, 0 = none)", min_value=0.0, max_value=1e10, step=1000.0,
                          key="plans_budget", help="drop plans that cost more (GPU-hours x catalog price)")
-floor = c4.slider("scaling floor", 0.0, 1.0, step=0.05, key="plans_floor",
-                  help="drop a plan when the GPUs it adds over a smaller plan of the same GPU type buy less than "
-                       "this share of linear speed-up (0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
 
 try:
     with st.spinner("Ranking plans…"):
