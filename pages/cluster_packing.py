@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 import yaml
 
@@ -99,22 +98,78 @@ def on_paste() -> None:
     load_text(ss.get("cl_yaml_text", ""), "pasted YAML")
 
 
-def group_figure(cluster, alloc, colour: dict[str, str]) -> go.Figure:
-    """One stacked bar per node group: the GPUs each job holds there, and the free ones (fast at 10,000 nodes)."""
+def job_legend(alloc, colour: dict[str, str]) -> dict:
+    """A Vega-Lite colour encoding: one legend entry and colour per placed job, then grey for free GPUs."""
+    names = [f"{j.job_id}: {j.model} ({j.plan.num_gpus})" for j in alloc.jobs] + ["free"]
+    return {"field": "job", "type": "nominal", "sort": names,
+            "scale": {"domain": names, "range": [colour[j.job_id] for j in alloc.jobs] + [FREE_COLOUR]},
+            "legend": {"orient": "bottom", "title": None, "columns": 3}}
+
+
+def group_figure(cluster, alloc, colour: dict[str, str]) -> dict:
+    """A Vega-Lite spec: one stacked bar per node group, the GPUs each job holds there and the free ones (fast at
+    10,000 nodes: one row per group)."""
     free = alloc.free_per_node()
     spans = group_spans(cluster)
-    labels = [label for label, _, _ in spans]
-    fig = go.Figure()
+    rows = []
     for job in alloc.jobs:
-        per_group = [sum(n for node, n in job.placement.nodes if a <= node < b) for _, a, b in spans]
-        fig.add_bar(y=labels, x=per_group, orientation="h", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
-                    marker_color=colour[job.job_id])
-    fig.add_bar(y=labels, x=[int(free[a:b].sum()) for _, a, b in spans], orientation="h", name="free",
-                marker_color=FREE_COLOUR)
-    fig.update_layout(barmode="stack", height=max(220, 40 * len(spans) + 120), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis_title="GPUs", yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.25),
-                      title="Node groups × GPUs (colour = job, grey = free)", plot_bgcolor="white")
-    return fig
+        name = f"{job.job_id}: {job.model} ({job.plan.num_gpus})"
+        for label, a, b in spans:
+            n = sum(k for node, k in job.placement.nodes if a <= node < b)
+            if n:
+                rows.append({"group": label, "job": name, "GPUs": int(n), "order": len(rows)})
+    for label, a, b in spans:
+        rows.append({"group": label, "job": "free", "GPUs": int(free[a:b].sum()), "order": len(rows)})
+    return {"title": {"text": "Node groups × GPUs (colour = job, grey = free)", "anchor": "start"},
+            "height": {"step": 28}, "data": {"values": rows}, "mark": "bar",
+            "encoding": {"y": {"field": "group", "type": "nominal", "sort": [s[0] for s in spans], "title": None,
+                               "axis": {"labelLimit": 400}},
+                         "x": {"field": "GPUs", "type": "quantitative", "stack": "zero", "title": "GPUs"},
+                         "color": job_legend(alloc, colour), "order": {"field": "order"},
+                         "tooltip": [{"field": "group"}, {"field": "job"}, {"field": "GPUs"}]}}
+
+
+def node_grid(cluster, alloc, colour: dict[str, str]) -> dict:
+    """A Vega-Lite spec: nodes (rows) x GPU slots (columns), each GPU coloured by the job holding it (grey = free),
+    labelled with the job number."""
+    by_id = {j.job_id: j for j in alloc.jobs}
+    cells = []
+    for ni, node in enumerate(cluster.nodes):
+        for k in range(node.num_gpus):
+            owner = alloc.owner[ni][k]
+            job = by_id.get(owner)
+            cells.append({"node": node.name, "slot": k, "type": node.gpu_type,
+                          "job": f"{job.job_id}: {job.model} ({job.plan.num_gpus})" if job else "free",
+                          "label": owner.replace("job-", "") if owner else "",
+                          "plan": job.plan.label() if job else ""})
+    x = {"field": "slot", "type": "ordinal", "title": "GPU slot", "axis": {"labelAngle": 0}}
+    y = {"field": "node", "type": "nominal", "sort": [n.name for n in cluster.nodes], "title": None,
+         "axis": {"labelLimit": 400}}
+    return {"title": {"text": "Nodes × GPUs (colour = job, grey = free)", "anchor": "start"},
+            "height": {"step": 26}, "data": {"values": cells},
+            "layer": [
+                {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 3},
+                 "encoding": {"x": x, "y": y, "color": job_legend(alloc, colour),
+                              "tooltip": [{"field": "node"}, {"field": "slot", "title": "GPU"}, {"field": "type"},
+                                          {"field": "job"}, {"field": "plan"}]}},
+                {"mark": {"type": "text", "color": "white", "fontSize": 11},
+                 "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]}
+
+
+def capacity_chart(caps: dict[str, tuple[int, int]]) -> dict:
+    """A Vega-Lite spec: used and free GPUs per GPU type, stacked."""
+    rows = [{"GPU type": g, "state": s, "GPUs": int(v)} for g, (f, t) in caps.items()
+            for s, v in (("used", t - f), ("free", f))]
+    return {"title": {"text": "GPUs per type", "anchor": "start"}, "height": 260, "data": {"values": rows},
+            "mark": "bar",
+            "encoding": {"x": {"field": "GPU type", "type": "nominal", "sort": list(caps), "title": None,
+                               "axis": {"labelAngle": 0}},
+                         "y": {"field": "GPUs", "type": "quantitative", "title": "GPUs"},
+                         "color": {"field": "state", "type": "nominal", "sort": ["used", "free"],
+                                   "scale": {"domain": ["used", "free"], "range": ["#5c6bc0", "#b0bec5"]},
+                                   "legend": {"orient": "bottom", "title": None}},
+                         "order": {"field": "state", "sort": "descending"},
+                         "tooltip": [{"field": "GPU type"}, {"field": "state"}, {"field": "GPUs"}]}}
 
 
 def on_submit() -> None:
@@ -251,51 +306,13 @@ if ss.get("pack_msg"):
 
 # node x GPU grid coloured by job (node groups as stacked bars above GROUP_ABOVE_NODES nodes)
 colour = {j.job_id: JOB_COLOURS[i % len(JOB_COLOURS)] for i, j in enumerate(alloc.jobs)}
-if grouped(cluster):
-    fig = group_figure(cluster, alloc, colour)
-else:
-    by_id = {j.job_id: j for j in alloc.jobs}
-    width = max(n.num_gpus for n in cluster.nodes)
-    code = {j.job_id: i + 1 for i, j in enumerate(alloc.jobs)}  # 0 = free, k = the k-th job
-    z, texts, hovers = [], [], []
-    for ni, node in enumerate(cluster.nodes):
-        row_z, row_t, row_h = [], [], []
-        for k in range(width):
-            owner = alloc.owner[ni][k] if k < node.num_gpus else None
-            row_z.append(None if k >= node.num_gpus else code.get(owner, 0))
-            row_t.append(owner.replace("job-", "") if owner else "")
-            row_h.append("" if k >= node.num_gpus else f"{node.name} GPU {k} ({node.gpu_type})<br>" + (
-                f"{owner}: {by_id[owner].model}, {by_id[owner].plan.label()}" if owner else "free"))
-        z.append(row_z)
-        texts.append(row_t)
-        hovers.append(row_h)
-    n_codes = len(alloc.jobs) + 1
-    palette = [FREE_COLOUR] + [colour[j.job_id] for j in alloc.jobs]
-    scale = [] if n_codes > 1 else [[0, FREE_COLOUR], [1, FREE_COLOUR]]
-    for i, c in enumerate(palette if n_codes > 1 else []):  # a stepped scale: one flat band per code
-        scale += [[i / n_codes, c], [(i + 1) / n_codes, c]]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(width)), y=[n.name for n in cluster.nodes], text=texts, texttemplate="%{text}",
-        hovertext=hovers, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5, showscale=False,
-        xgap=3, ygap=3, textfont=dict(color="white", size=11)))
-    for job in alloc.jobs:  # legend entries, one per job
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
-                        marker=dict(symbol="square", size=12, color=colour[job.job_id]))
-    fig.update_layout(height=max(220, 30 * len(cluster.nodes) + 110), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis=dict(title="GPU slot", tickmode="linear", dtick=1), plot_bgcolor="white",
-                      yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.2),
-                      title="Nodes × GPUs (colour = job, grey = free)")
+fig = group_figure(cluster, alloc, colour) if grouped(cluster) else node_grid(cluster, alloc, colour)
 left, right = st.columns([2.2, 1])
 with left:
-    st.plotly_chart(fig, key="pack_grid", width="stretch")
+    st.vega_lite_chart(fig, key="pack_grid", width="stretch")
 with right:
     caps = free_by_type(cluster, alloc)
-    cap_fig = go.Figure()
-    cap_fig.add_bar(name="used", x=list(caps), y=[t - f for f, t in caps.values()], marker_color="#5c6bc0")
-    cap_fig.add_bar(name="free", x=list(caps), y=[f for f, _ in caps.values()], marker_color="#b0bec5")
-    cap_fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=30, b=10), title="GPUs per type",
-                          legend=dict(orientation="h", y=-0.2))
-    st.plotly_chart(cap_fig, key="pack_capacity", width="stretch")
+    st.vega_lite_chart(capacity_chart(caps), key="pack_capacity", width="stretch")
     st.dataframe(pd.DataFrame([{"GPU type": g, "free": f, "total": t} for g, (f, t) in caps.items()]),
                  hide_index=True, width="stretch")
 if alloc.jobs:

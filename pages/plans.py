@@ -5,11 +5,8 @@ files (Megatron-LM, DeepSpeed, torchtitan, accelerate, SLURM, Kubernetes) of any
 from __future__ import annotations
 
 import json
-import math
 
-import plotly.graph_objects as go
 import streamlit as st
-from plotly.subplots import make_subplots
 
 from frenzy_core.errors import SpecError
 from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
@@ -38,46 +35,49 @@ DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "de
             "plans_export_format": "megatron", "plans_export_rank": 1}
 
 
-def heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> go.Figure:
-    """One panel per GPU type (at most PANELS_PER_ROW per row): d (rows) x t (columns) coloured by headroom GiB;
-    infeasible cells carry a cross, the winning plan a star. One figure, shared colour bar."""
-    rows = math.ceil(len(types) / PANELS_PER_ROW)
-    cols = min(len(types), PANELS_PER_ROW)
-    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, horizontal_spacing=0.04,
-                        vertical_spacing=0.16 if rows > 1 else 0.0, subplot_titles=types)
-    d_all = sorted(int(v) for v in grid["dp"].unique())
-    t_all = sorted(int(v) for v in grid["tp"].unique())
+def heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> dict:
+    """A Vega-Lite spec: one panel per GPU type (at most PANELS_PER_ROW per row), d (rows) x t (columns) coloured by
+    headroom GiB on one shared scale (-lim..lim, deeper deficits saturate red); feasible cells carry a tick,
+    infeasible ones a cross, the winning plan a star."""
     at_p = grid[grid["pp"] == p]
-    for i, gpu_type in enumerate(types):
-        r, c = i // PANELS_PER_ROW + 1, i % PANELS_PER_ROW + 1
-        cells = at_p[at_p["gpu_type"] == gpu_type]
-        table = cells.pivot_table(index="dp", columns="tp", values="headroom_gib", aggfunc="first")
-        table = table.reindex(index=d_all, columns=t_all)
-        feasible = cells.pivot_table(index="dp", columns="tp", values="feasible", aggfunc="first")
-        feasible = feasible.reindex(index=d_all, columns=t_all)
-        text = [["" if v != v else ("✓" if f else "✗") for v, f in zip(row, frow, strict=True)]
-                for row, frow in zip(table.values, feasible.values, strict=True)]
-        fig.add_trace(go.Heatmap(
-            z=table.values, x=[f"t={t}" for t in t_all], y=[f"d={d}" for d in d_all], text=text,
-            texttemplate="%{text}", colorscale="RdYlGn", zmid=0, zmin=-lim, zmax=lim, xgap=2, ygap=2,
-            showscale=(i == 0), colorbar=dict(title="headroom GiB", thickness=12),
-            hovertemplate="%{y} %{x} p=" + str(p) + "<br>headroom %{z:.1f} GiB<extra>" + gpu_type + "</extra>",
-        ), row=r, col=c)
-        if best is not None and best.gpu_type == gpu_type and best.pp == p:
-            fig.add_trace(go.Scatter(x=[f"t={best.tp}"], y=[f"d={best.dp}"], mode="markers", name="best plan",
-                                     marker=dict(symbol="star", size=22, color="#1a237e",
-                                                 line=dict(color="white", width=2)),
-                                     hovertemplate="best plan: " + best.label() + "<extra></extra>"),
-                          row=r, col=c)
-        fig.update_xaxes(title_text="t (tensor-parallel)", type="category", row=r, col=c)
-    for r in range(1, rows + 1):
-        fig.update_yaxes(title_text="d (data-parallel)", row=r, col=1)
-    fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_layout(height=330 * rows + 40, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
-                      title=dict(text=f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)"
-                                                                      if best is not None and best.pp == p else ""),
-                                 font=dict(size=14)))
-    return fig
+    cells = [{"GPU type": str(r.gpu_type), "d": int(r.dp), "t": int(r.tp),
+              "headroom GiB": round(float(r.headroom_gib), 2),
+              "mark": ("★" if best is not None and (best.gpu_type, best.dp, best.tp, best.pp) == (r.gpu_type, r.dp, r.tp, p)
+                       else "✓" if r.feasible else "✗")}
+             for r in at_p.itertuples() if r.headroom_gib == r.headroom_gib]
+    d_all = sorted({c["d"] for c in cells})
+    t_all = sorted({c["t"] for c in cells})
+    step = 40
+    x = {"field": "t", "type": "ordinal", "sort": t_all, "title": "t (tensor-parallel)", "axis": {"labelAngle": 0}}
+    y = {"field": "d", "type": "ordinal", "sort": d_all, "title": "d (data-parallel)"}
+    title = f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)"
+                                          if best is not None and best.pp == p else "")
+    return {
+        "title": {"text": title, "anchor": "start", "fontSize": 14},
+        "data": {"values": cells},
+        "facet": {"field": "GPU type", "type": "nominal", "sort": types, "title": None,
+                  "header": {"labelFontSize": 13}},
+        "columns": PANELS_PER_ROW,
+        "spec": {
+            "width": {"step": step}, "height": {"step": step},
+            "layer": [
+                {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 2},
+                 "encoding": {"x": x, "y": y,
+                              "color": {"field": "headroom GiB", "type": "quantitative",
+                                        "scale": {"scheme": "redyellowgreen", "domain": [-lim, lim], "domainMid": 0,
+                                                  "clamp": True},
+                                        "legend": {"title": "headroom GiB"}},
+                              "tooltip": [{"field": "GPU type"}, {"field": "d"}, {"field": "t"},
+                                          {"field": "headroom GiB", "format": ".1f"}]}},
+                {"mark": {"type": "text", "fontSize": 13},
+                 "encoding": {"x": x, "y": y, "text": {"field": "mark"},
+                              "color": {"condition": {"test": "datum.mark === '★'", "value": "#1a237e"},
+                                        "value": "#263238"},
+                              "size": {"condition": {"test": "datum.mark === '★'", "value": 24}, "value": 13}}},
+            ],
+        },
+        "resolve": {"scale": {"x": "shared", "y": "shared"}},
+    }
 
 
 def plan_table(frame):
@@ -166,7 +166,7 @@ else:
     # one colour scale for every GPU type, spanning the feasible headroom (deeper deficits saturate red)
     fit = grid.loc[grid["feasible"], "headroom_gib"]
     lim = max(1.0, float(fit.max()) if len(fit) else float(grid["headroom_gib"].abs().max()))
-    st.plotly_chart(heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="stretch")
+    st.vega_lite_chart(heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="content")
     st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit; ★: the "
                "best plan. Each cell uses the micro-batch with the fastest step that fits.")
 

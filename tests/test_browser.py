@@ -115,7 +115,7 @@ def test_model_page_updates_the_memory_figure(browser_page):
 def test_plans_page_switches_objective(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/plans", "Plans")
-    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
+    assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 1
     alert = page.locator('[data-testid="stAlert"]').first
     before = alert.inner_text()
     page.locator('.st-key-plans_objective button:has-text("cost")').click()
