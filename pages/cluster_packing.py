@@ -16,7 +16,7 @@ from frenzy_core.gpus import CATALOG
 from frenzy_core.models import ZOO
 from frenzy_core.scenario import grouped_cluster_data
 from frenzy_core.workload import default_training
-from pages import common
+from pages import charts, common
 
 common.page_setup()
 
@@ -26,7 +26,6 @@ GROUP_COLUMNS = ["name", "gpu_type", "num_gpus", "count", "intra_link", "intra_l
 GROUP_ABOVE_NODES = 64  # above this many nodes, the table and the grid show node groups, not one row per node
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
                "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
-FREE_COLOUR = "#eceff1"
 
 
 def grouped(cluster) -> bool:
@@ -96,80 +95,6 @@ def on_upload() -> None:
 
 def on_paste() -> None:
     load_text(ss.get("cl_yaml_text", ""), "pasted YAML")
-
-
-def job_legend(alloc, colour: dict[str, str]) -> dict:
-    """A Vega-Lite colour encoding: one legend entry and colour per placed job, then grey for free GPUs."""
-    names = [f"{j.job_id}: {j.model} ({j.plan.num_gpus})" for j in alloc.jobs] + ["free"]
-    return {"field": "job", "type": "nominal", "sort": names,
-            "scale": {"domain": names, "range": [colour[j.job_id] for j in alloc.jobs] + [FREE_COLOUR]},
-            "legend": {"orient": "bottom", "title": None, "columns": 3}}
-
-
-def group_figure(cluster, alloc, colour: dict[str, str]) -> dict:
-    """A Vega-Lite spec: one stacked bar per node group, the GPUs each job holds there and the free ones (fast at
-    10,000 nodes: one row per group)."""
-    free = alloc.free_per_node()
-    spans = group_spans(cluster)
-    rows = []
-    for job in alloc.jobs:
-        name = f"{job.job_id}: {job.model} ({job.plan.num_gpus})"
-        for label, a, b in spans:
-            n = sum(k for node, k in job.placement.nodes if a <= node < b)
-            if n:
-                rows.append({"group": label, "job": name, "GPUs": int(n), "order": len(rows)})
-    for label, a, b in spans:
-        rows.append({"group": label, "job": "free", "GPUs": int(free[a:b].sum()), "order": len(rows)})
-    return {"title": {"text": "Node groups × GPUs (colour = job, grey = free)", "anchor": "start"},
-            "height": {"step": 28}, "data": {"values": rows}, "mark": "bar",
-            "encoding": {"y": {"field": "group", "type": "nominal", "sort": [s[0] for s in spans], "title": None,
-                               "axis": {"labelLimit": 400}},
-                         "x": {"field": "GPUs", "type": "quantitative", "stack": "zero", "title": "GPUs"},
-                         "color": job_legend(alloc, colour), "order": {"field": "order"},
-                         "tooltip": [{"field": "group"}, {"field": "job"}, {"field": "GPUs"}]}}
-
-
-def node_grid(cluster, alloc, colour: dict[str, str]) -> dict:
-    """A Vega-Lite spec: nodes (rows) x GPU slots (columns), each GPU coloured by the job holding it (grey = free),
-    labelled with the job number."""
-    by_id = {j.job_id: j for j in alloc.jobs}
-    cells = []
-    for ni, node in enumerate(cluster.nodes):
-        for k in range(node.num_gpus):
-            owner = alloc.owner[ni][k]
-            job = by_id.get(owner)
-            cells.append({"node": node.name, "slot": k, "type": node.gpu_type,
-                          "job": f"{job.job_id}: {job.model} ({job.plan.num_gpus})" if job else "free",
-                          "label": owner.replace("job-", "") if owner else "",
-                          "plan": job.plan.label() if job else ""})
-    x = {"field": "slot", "type": "ordinal", "title": "GPU slot", "axis": {"labelAngle": 0}}
-    y = {"field": "node", "type": "nominal", "sort": [n.name for n in cluster.nodes], "title": None,
-         "axis": {"labelLimit": 400}}
-    return {"title": {"text": "Nodes × GPUs (colour = job, grey = free)", "anchor": "start"},
-            "height": {"step": 26}, "data": {"values": cells},
-            "layer": [
-                {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 3},
-                 "encoding": {"x": x, "y": y, "color": job_legend(alloc, colour),
-                              "tooltip": [{"field": "node"}, {"field": "slot", "title": "GPU"}, {"field": "type"},
-                                          {"field": "job"}, {"field": "plan"}]}},
-                {"mark": {"type": "text", "color": "white", "fontSize": 11},
-                 "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]}
-
-
-def capacity_chart(caps: dict[str, tuple[int, int]]) -> dict:
-    """A Vega-Lite spec: used and free GPUs per GPU type, stacked."""
-    rows = [{"GPU type": g, "state": s, "GPUs": int(v)} for g, (f, t) in caps.items()
-            for s, v in (("used", t - f), ("free", f))]
-    return {"title": {"text": "GPUs per type", "anchor": "start"}, "height": 260, "data": {"values": rows},
-            "mark": "bar",
-            "encoding": {"x": {"field": "GPU type", "type": "nominal", "sort": list(caps), "title": None,
-                               "axis": {"labelAngle": 0}},
-                         "y": {"field": "GPUs", "type": "quantitative", "title": "GPUs"},
-                         "color": {"field": "state", "type": "nominal", "sort": ["used", "free"],
-                                   "scale": {"domain": ["used", "free"], "range": ["#5c6bc0", "#b0bec5"]},
-                                   "legend": {"orient": "bottom", "title": None}},
-                         "order": {"field": "state", "sort": "descending"},
-                         "tooltip": [{"field": "GPU type"}, {"field": "state"}, {"field": "GPUs"}]}}
 
 
 def on_submit() -> None:
@@ -306,13 +231,14 @@ if ss.get("pack_msg"):
 
 # node x GPU grid coloured by job (node groups as stacked bars above GROUP_ABOVE_NODES nodes)
 colour = {j.job_id: JOB_COLOURS[i % len(JOB_COLOURS)] for i, j in enumerate(alloc.jobs)}
-fig = group_figure(cluster, alloc, colour) if grouped(cluster) else node_grid(cluster, alloc, colour)
+fig = (charts.group_chart(cluster, alloc, colour, group_spans(cluster)) if grouped(cluster)
+       else charts.node_grid(cluster, alloc, colour))
 left, right = st.columns([2.2, 1])
 with left:
     st.vega_lite_chart(fig, key="pack_grid", width="stretch")
 with right:
     caps = free_by_type(cluster, alloc)
-    st.vega_lite_chart(capacity_chart(caps), key="pack_capacity", width="stretch")
+    st.vega_lite_chart(charts.capacity_chart(caps), key="pack_capacity", width="stretch")
     st.dataframe(pd.DataFrame([{"GPU type": g, "free": f, "total": t} for g, (f, t) in caps.items()]),
                  hide_index=True, width="stretch")
 if alloc.jobs:

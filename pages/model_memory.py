@@ -20,7 +20,7 @@ from frenzy_core.training import (
     check_parallelism,
     make_training,
 )
-from pages import common
+from pages import charts, common
 
 common.page_setup()
 
@@ -141,63 +141,6 @@ def memory_breakdowns(model_json: str, training_json: str, dp: int, tp: int, pp:
     low, high = predict_memory_band(m, t, Parallelism(dp=dp, tp=tp, pp=pp))
     out["band"] = (common.gib(low.total_bytes), common.gib(high.total_bytes))
     return out
-
-
-def memory_chart_spec(result: dict, names: list[str], by_capacity: dict[float, list[str]], log_scale: bool,
-                      title: list[str]) -> dict:
-    """A Vega-Lite stacked bar per method (components, GiB), a dotted line per GPU capacity (green: the detailed peak
-    fits), and, on a linear axis, a label for a paper bar far above the detailed bar and every GPU line. Segments carry
-    explicit [start, end] so that a log axis stacks them too."""
-    detailed, paper = result["detailed"], result["paper"]
-    bars = []
-    floor = 1e-3
-    for method in ("detailed", "paper"):
-        start = 0.0
-        for name in names:
-            v = result[method][0].get(name, 0.0)
-            if v <= 0:
-                continue
-            bars.append({"method": method, "component": name.replace("_bytes", "").replace("_", " "), "GiB": round(v, 3),
-                         "y0": max(start, floor), "y1": max(start + v, floor), "what": TERM_HELP.get(name, "see docs/memory.md")})
-            start += v
-    top = max([detailed[1], *by_capacity]) if by_capacity else detailed[1]
-    if log_scale:
-        low = min([b["GiB"] for b in bars if b["GiB"] > 0] or [0.01])
-        y_scale = {"type": "log", "domain": [max(low / 1.6, floor), max(top, paper[1]) * 1.4]}
-    else:
-        y_scale = {"domain": [0, top * 1.15]}
-    lines = [{"cap": cap, "label": f"{'✓' if detailed[1] <= cap else '✗'} {', '.join(g)} ({cap:g} GiB)",
-              "fits": detailed[1] <= cap} for cap, g in sorted(by_capacity.items())]
-    layers = [{
-        "data": {"values": bars},
-        "mark": {"type": "bar", "clip": True},
-        "encoding": {
-            "x": {"field": "method", "type": "nominal", "sort": ["detailed", "paper"], "axis": {"labelAngle": 0},
-                  "title": None},
-            "y": {"field": "y0", "type": "quantitative", "scale": y_scale, "title": "GiB per GPU"},
-            "y2": {"field": "y1"},
-            "color": {"field": "component", "type": "nominal", "sort": [n.replace("_bytes", "").replace("_", " ") for n in names],
-                      "legend": {"title": "component"}},
-            "tooltip": [{"field": "component"}, {"field": "method"}, {"field": "GiB", "format": ".2f"},
-                        {"field": "what"}],
-        },
-    }]
-    if lines:
-        color = {"field": "fits", "type": "nominal", "scale": {"domain": [True, False], "range": ["#2e7d32", "#c62828"]},
-                 "legend": None}
-        layers.append({"data": {"values": lines}, "mark": {"type": "rule", "strokeDash": [3, 3]},
-                       "encoding": {"y": {"field": "cap", "type": "quantitative"}, "color": color}})
-        layers.append({"data": {"values": lines}, "mark": {"type": "text", "align": "right", "dy": -6, "fontSize": 11,
-                                                           "x": {"expr": "width"}},
-                       "encoding": {"y": {"field": "cap", "type": "quantitative"}, "text": {"field": "label"},
-                                    "color": color}})
-    if not log_scale and paper[1] > top * 1.15:
-        layers.append({"data": {"values": [{"method": "paper", "y": top * 1.1,
-                                            "label": f"paper: {paper[1]:,.0f} GiB ↑ (turn on log scale)"}]},
-                       "mark": {"type": "text", "color": "#c62828", "fontSize": 12},
-                       "encoding": {"x": {"field": "method", "type": "nominal"},
-                                    "y": {"field": "y", "type": "quantitative"}, "text": {"field": "label"}}})
-    return {"title": {"text": title, "anchor": "start"}, "height": 480, "layer": layers, "resolve": {"scale": {"color": "independent"}}}
 
 
 # --- state seeding: once per visit to this page --------------------------------------------------------------------
@@ -340,9 +283,9 @@ with right:
     for g in gpus:
         by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
     names = list(dict.fromkeys([*detailed[0], *paper[0]]))
-    st.vega_lite_chart(memory_chart_spec(result, names, by_capacity, log_scale,
+    st.vega_lite_chart(charts.memory_chart(result, names, by_capacity, log_scale,
                                          [m.name, f"d={p.dp} t={p.tp} p={p.pp}, micro-batch {t.micro_batch}, "
-                                                  f"seq {t.seq_len}"]), key="memory_chart", width="stretch")
+                                                  f"seq {t.seq_len}"], TERM_HELP), key="memory_chart", width="stretch")
     st.table([{"GPU": g.name, "memory GiB": f"{common.gib(g.memory_bytes):.1f}",
                "headroom GiB (detailed)": f"{common.gib(g.memory_bytes) - detailed[1]:.2f}",
                "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗"} for g in gpus])

@@ -11,7 +11,7 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
-from pages import common
+from pages import charts, common
 
 common.page_setup()
 ss = st.session_state
@@ -21,7 +21,6 @@ FORMAT_LABELS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "torchtita
                  "accelerate": "accelerate", "slurm": "SLURM", "kubernetes": "Kubernetes"}
 CODE_LANGUAGE = {"megatron": "bash", "deepspeed": "json", "torchtitan": "toml", "accelerate": "yaml", "slurm": "bash",
                  "kubernetes": "yaml"}
-PANELS_PER_ROW = 4
 # Human column headers, units in the header; times in hours throughout.
 COLUMNS = {"gpu_type": "GPU type", "dp": "d (data)", "tp": "t (tensor)", "pp": "p (pipeline)", "num_gpus": "GPUs",
            "micro_batch": "micro-batch", "grad_accum": "accumulation steps", "memory_gib": "memory (GiB/GPU)",
@@ -33,51 +32,6 @@ FORMATS_NUM = {"memory (GiB/GPU)": "%.1f", "headroom (GiB)": "%.1f", "step (s)":
 DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "detailed", "plans_margin": 0.10,
             "plans_floor": DEFAULT_SCALING_FLOOR, "plans_deadline_h": 0.0, "plans_max_gpus": 0, "plans_budget": 0.0,
             "plans_export_format": "megatron", "plans_export_rank": 1}
-
-
-def heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> dict:
-    """A Vega-Lite spec: one panel per GPU type (at most PANELS_PER_ROW per row), d (rows) x t (columns) coloured by
-    headroom GiB on one shared scale (-lim..lim, deeper deficits saturate red); feasible cells carry a tick,
-    infeasible ones a cross, the winning plan a star."""
-    at_p = grid[grid["pp"] == p]
-    cells = [{"GPU type": str(r.gpu_type), "d": int(r.dp), "t": int(r.tp),
-              "headroom GiB": round(float(r.headroom_gib), 2),
-              "mark": ("★" if best is not None and (best.gpu_type, best.dp, best.tp, best.pp) == (r.gpu_type, r.dp, r.tp, p)
-                       else "✓" if r.feasible else "✗")}
-             for r in at_p.itertuples() if r.headroom_gib == r.headroom_gib]
-    d_all = sorted({c["d"] for c in cells})
-    t_all = sorted({c["t"] for c in cells})
-    step = 40
-    x = {"field": "t", "type": "ordinal", "sort": t_all, "title": "t (tensor-parallel)", "axis": {"labelAngle": 0}}
-    y = {"field": "d", "type": "ordinal", "sort": d_all, "title": "d (data-parallel)"}
-    title = f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)"
-                                          if best is not None and best.pp == p else "")
-    return {
-        "title": {"text": title, "anchor": "start", "fontSize": 14},
-        "data": {"values": cells},
-        "facet": {"field": "GPU type", "type": "nominal", "sort": types, "title": None,
-                  "header": {"labelFontSize": 13}},
-        "columns": PANELS_PER_ROW,
-        "spec": {
-            "width": {"step": step}, "height": {"step": step},
-            "layer": [
-                {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 2},
-                 "encoding": {"x": x, "y": y,
-                              "color": {"field": "headroom GiB", "type": "quantitative",
-                                        "scale": {"scheme": "redyellowgreen", "domain": [-lim, lim], "domainMid": 0,
-                                                  "clamp": True},
-                                        "legend": {"title": "headroom GiB"}},
-                              "tooltip": [{"field": "GPU type"}, {"field": "d"}, {"field": "t"},
-                                          {"field": "headroom GiB", "format": ".1f"}]}},
-                {"mark": {"type": "text", "fontSize": 13},
-                 "encoding": {"x": x, "y": y, "text": {"field": "mark"},
-                              "color": {"condition": {"test": "datum.mark === '★'", "value": "#1a237e"},
-                                        "value": "#263238"},
-                              "size": {"condition": {"test": "datum.mark === '★'", "value": 24}, "value": 13}}},
-            ],
-        },
-        "resolve": {"scale": {"x": "shared", "y": "shared"}},
-    }
 
 
 def plan_table(frame):
@@ -166,7 +120,7 @@ else:
     # one colour scale for every GPU type, spanning the feasible headroom (deeper deficits saturate red)
     fit = grid.loc[grid["feasible"], "headroom_gib"]
     lim = max(1.0, float(fit.max()) if len(fit) else float(grid["headroom_gib"].abs().max()))
-    st.vega_lite_chart(heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="content")
+    st.vega_lite_chart(charts.headroom_heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="content")
     st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit; ★: the "
                "best plan. Each cell uses the micro-batch with the fastest step that fits.")
 
