@@ -58,6 +58,7 @@ FEATURES_NOT_MODELLED = (
     "force-recompute-fp8-weight-in-bwd",
 )
 EXPERT_TP_FEATURE = "expert-tensor-parallel-size="  # Megatron --expert-tensor-parallel-size: Parallelism.etp
+GROUPED_GEMM_FEATURE = "moe-grouped-gemm=True"  # Megatron --moe-grouped-gemm: TrainingSpec.moe_grouped_gemm
 
 # A Llama-3-style model scaled down (GQA 16:4, SwiGLU, RMSNorm, RoPE, untied head) so b=8, s=2048 stays quick.
 LLAMA_MINI = ModelSpec(
@@ -195,7 +196,8 @@ def _row_specs(row: dict) -> tuple[ModelSpec, TrainingSpec, Parallelism]:
     etp = [int(f[len(EXPERT_TP_FEATURE):]) for f in row.get("features", []) if f.startswith(EXPERT_TP_FEATURE)]
     split = Parallelism(dp=par["dp"], tp=par["tp"], pp=par["pp"], cp=par.get("cp") or 1, vp=par.get("vp") or 1,
                         ep=par.get("ep") or 1, etp=par.get("etp") or (etp[0] if etp else 0))
-    return ModelSpec(**row["model_spec"]), TrainingSpec(**row["training"]), split
+    training = {**row["training"], "moe_grouped_gemm": GROUPED_GEMM_FEATURE in row.get("features", [])}
+    return ModelSpec(**row["model_spec"]), TrainingSpec(**training), split
 
 
 def predicted_as_measured(row: dict) -> int:

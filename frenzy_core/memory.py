@@ -49,6 +49,11 @@ INDEX_BYTES = 8  # int64 token ids (the embedding and the loss keep them for bac
 # Megatron MoE routing probabilities: probs.type_as(logits) (moe_utils.py topk_routing_with_score_function), bf16
 # or fp32 with --moe-router-dtype fp32; counted at fp32 (the larger)
 MEGATRON_PERMUTED_PROB_BYTES = FP32_BYTES
+# Transformer Engine (read at d0067d0d): transformer_engine/common/util/multi_stream.cpp get_num_compute_streams
+# (4) and pytorch/cpp_extensions/gemm.py get_cublas_workspace_size_bytes (32 MiB + 1 KiB on Hopper and newer,
+# 4 MiB before: counted at the Hopper size, as DEFAULT_OVERHEAD's workspaces are)
+TE_COMPUTE_STREAMS = 4
+TE_CUBLAS_WORKSPACE_BYTES = 32 * MIB + 1024
 
 # --- the paper's constants (arXiv 2412.14479, Sec. IV-A) -----------------------------------------------------------
 PAPER_STATE_BYTES_PER_PARAM = 20  # the paper's "20W": mixed-precision weights, gradients and Adam states
@@ -799,6 +804,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     moe_gather_buffer = np.where(
         (et * e > 1) & recipe.moe_allgather_dispatcher & model.is_moe, gathered_tokens * h * act, 0.0
     )
+    # Megatron --moe-grouped-gemm (TEGroupedMLP): TE's general_grouped_gemm spreads the experts' GEMMs over its
+    # compute streams, each with its own cuBLAS workspace, allocated on first use and cached (lru_cache)
+    grouped_gemm_workspaces = (
+        TE_COMPUTE_STREAMS * TE_CUBLAS_WORKSPACE_BYTES if training.moe_grouped_gemm and model.is_moe else 0.0
+    )
     norm_extra = unfused_norm_extra(model, recipe, h, resid)
     final_norm_input = tokens * (resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
     head_input = tokens * act * h / sp_divisor  # the LM head's linear keeps its input
@@ -833,7 +843,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
         params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
-        acts = acts + np.where(n_moe > 0, moe_gather_buffer, 0.0)
+        moe_buffers = np.where(n_moe > 0, moe_gather_buffer + grouped_gemm_workspaces, 0.0)  # kept for the run
         acts = acts + np.where(last, head_activations, 0)
         logits = np.where(last, np.maximum(loss_buffers, head_grad), 0.0)
 
@@ -864,7 +874,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": 0.0 * acts,
             "logits": 0.0 * acts,
-            "transient": updated_params * opt_step_temp,  # foreach AdamW: one temporary per updated param
+            "transient": updated_params * opt_step_temp + moe_buffers,  # foreach AdamW: one temporary per param
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
@@ -892,7 +902,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": acts,
             "logits": logits,
-            "transient": copies_at_loss + buckets,
+            "transient": copies_at_loss + buckets + moe_buffers,
         }
         # Recomputing a checkpointed layer in backward: its full activations once, the output gradient, its copies.
         recompute = {
@@ -901,7 +911,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": acts + (layer_bytes - kept_layer if full_recompute else 0.0),
             "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
-            "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
+            "transient": (copies_at_loss + one_layer_copies + buckets + moe_buffers) if full_recompute else 0.0 * acts,
         }
         if not full_recompute:
             recompute = {k: 0.0 * acts for k in recompute}

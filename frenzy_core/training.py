@@ -101,6 +101,7 @@ class TrainingSpec(BaseModel):
     lora_targets: LoraTargets = "all-linear"  # which linears carry LoRA adapters
     base_quant: BaseQuant = "none"  # QLoRA: the frozen linears stored as NF4
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
+    moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -129,6 +130,10 @@ class TrainingSpec(BaseModel):
             raise ValueError("megatron's vocab-parallel loss is not chunked: use loss_chunks 1")
         if self.framework == "megatron" and self.precision == "amp":
             raise ValueError("megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32")
+        if self.moe_grouped_gemm and self.framework not in ("megatron", "unknown"):
+            raise ValueError(
+                f"moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {self.framework}"
+            )
         if self.framework == "fsdp2" and self.zero_stage in (1, 2):
             raise ValueError(
                 f"fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {self.zero_stage}"
