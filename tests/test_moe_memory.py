@@ -174,14 +174,13 @@ def test_megatron_moe_meets_the_real_gpu_targets_in_both_splits():
     from tests.test_memory import _bench
 
     bench = _bench()
-    rows = bench._read_jsonl(bench.REAL_GPU_FIXTURE)
-    if not rows:
+    summary = bench.framework_summary(bench.compare_real_gpu(bench._read_jsonl(bench.REAL_GPU_FIXTURE)))
+    if "megatron-moe" not in summary:
         pytest.skip(f"{bench.REAL_GPU_FIXTURE} not in this checkout")
-    summary = bench.framework_summary(bench.compare_real_gpu(rows))["megatron-moe"]
-    for split in ("calibration", "heldout"):
-        assert summary[split]["rows"] >= 5
-        assert summary[split]["median_abs_err"] <= bench.TARGET_REAL_MEDIAN_ABS_ERR
-        assert summary[split]["worst_under"] >= bench.TARGET_REAL_WORST_UNDER
+    splits = [summary["megatron-moe"][split] for split in ("calibration", "heldout")]  # modelled features only
+    assert min(st["rows"] for st in splits) >= 5
+    assert max(st["median_abs_err"] for st in splits) <= bench.TARGET_REAL_MEDIAN_ABS_ERR
+    assert min(st["worst_under"] for st in splits) >= bench.TARGET_REAL_WORST_UNDER
 
 
 def test_cli_takes_etp_and_grouped_gemm(capsys):
