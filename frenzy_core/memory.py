@@ -765,8 +765,10 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     def layer_terms(moe_layer: bool):
         """(all activations of one layer, what it keeps until its backward), bytes per micro-batch."""
         layer = layer_activations(model, training, recipe, moe_layer)
-        # routed copies: each GPU's tokens / t, gathered over etp x ep ranks, k / ep of them to its experts
-        full = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed * et / t)
+        full = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
+        # MoE routed copies: each GPU's tokens / t gathered over etp x ep ranks, k / ep of them to its experts: the
+        # `routed` bytes per token count etp / t times (once with etp = t, Megatron's default)
+        full = full + tokens * layer.routed * (et / t - 1)
         if training.recompute == "full":
             # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the
             # layer being recomputed in backward holds its full set once (phase "backward-recompute").
@@ -874,7 +876,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": 0.0 * acts,
             "logits": 0.0 * acts,
-            "transient": updated_params * opt_step_temp + moe_buffers,  # foreach AdamW: one temporary per param
+            "transient": updated_params * opt_step_temp,  # foreach AdamW: one temporary per updated param
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
@@ -902,7 +904,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": acts,
             "logits": logits,
-            "transient": copies_at_loss + buckets + moe_buffers,
+            "transient": copies_at_loss + buckets,
         }
         # Recomputing a checkpointed layer in backward: its full activations once, the output gradient, its copies.
         recompute = {
@@ -911,10 +913,12 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "optimizer": optimizer,
             "activations": acts + (layer_bytes - kept_layer if full_recompute else 0.0),
             "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
-            "transient": (copies_at_loss + one_layer_copies + buckets + moe_buffers) if full_recompute else 0.0 * acts,
+            "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
         }
         if not full_recompute:
             recompute = {k: 0.0 * acts for k in recompute}
+        for phase in (optimizer_step, backward_start, recompute) if full_recompute else (optimizer_step, backward_start):
+            phase["transient"] = phase["transient"] + moe_buffers  # allocated once, alive in every phase
         candidates += [optimizer_step, backward_start, recompute]
 
     shape = np.broadcast_shapes(np.shape(d), *(np.shape(st) for st in stages))
