@@ -134,6 +134,8 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {self.framework}"
             )
+        if self.moe_grouped_gemm and self.precision == "amp":
+            raise ValueError("moe_grouped_gemm runs in Megatron, which has no autocast mode: use precision bf16-master")
         if self.framework == "fsdp2" and self.zero_stage in (1, 2):
             raise ValueError(
                 f"fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {self.zero_stage}"

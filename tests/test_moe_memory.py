@@ -99,6 +99,11 @@ def test_grouped_gemm_is_megatrons_option():
     with pytest.raises(ValueError, match="moe_grouped_gemm"):
         TrainingSpec(moe_grouped_gemm=True, framework="pytorch")
     assert TrainingSpec(moe_grouped_gemm=True, framework="unknown").moe_grouped_gemm
+    with pytest.raises(ValueError, match="autocast"):  # "unknown" would leave no recipe to run it
+        TrainingSpec(moe_grouped_gemm=True, framework="unknown", precision="amp")
+    # with the stack unknown, only Megatron runs a grouped-GEMM job: the band is its recipe
+    got = predict_memory(TINY_MOE, _spec(framework="unknown", moe_grouped_gemm=True), Parallelism(dp=2, tp=2, ep=2))
+    assert got == predict_memory(TINY_MOE, _spec(moe_grouped_gemm=True), Parallelism(dp=2, tp=2, ep=2))
 
 
 def test_expert_tensor_parallelism_splits_experts_by_etp_not_tp():
