@@ -129,6 +129,7 @@ def test_distributed_optimizer_shards_expert_states_over_the_expert_data_paralle
     # Experts on a GPU: 4,096 (etp 2) or 8,192 (etp 1), x 12 B (fp32 master + Adam) / expert-dp = 49,152 B either way.
     # Dense on a GPU: per layer (attention 4 x 16 x 16 + router 4 x 16) / t + two LayerNorms 2 x 32 = 608, x 2
     # layers; embedding 128 x 16 / t = 1,024; positions 64 x 16 = 1,024; final norm 32: 3,296 params x 12 / dp.
+    # (memory.py splits the router by t with the other MoE-block weights; Megatron replicates it: 64 params off.)
     training = _spec(distributed_optimizer=True)
     for etp in (2, 1):
         got = predict_memory(TINY_MOE, training, Parallelism(dp=2, tp=2, ep=2, etp=etp), overhead=NO_OVERHEAD)
