@@ -53,6 +53,9 @@ class Recipe:
     reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
     max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
     fp32_router_input: bool = False  # the MoE router casts its input to fp32 first (HF DeepSeek-V2/V3 routers)
+    # Megatron-Core MoE (megatron/core/transformer/moe at d98e8a64; docs/memory.md "MoE (Megatron)"):
+    moe_probs_in_experts: bool = False  # experts scale their activation by the routing prob; unpermute gets no probs
+    moe_allgather_dispatcher: bool = False  # MoEAllGatherTokenDispatcher: global gather buffer, per-layer local maps
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -120,6 +123,11 @@ RECIPES: dict[str, Recipe] = {
         fused_softmax=True,
         autocast=False,  # --bf16 casts the model itself (Float16Module); no autocast
         residual_in_compute_dtype=True,
+        # moe/experts.py TEGroupedMLP.forward (bias_act_func) and transformer/mlp.py MLP.forward(per_token_scale):
+        # `intermediate * permuted_probs` inside the expert; token_dispatcher.py calls unpermute without probs
+        moe_probs_in_experts=True,
+        # transformer_config.py: moe_token_dispatcher_type = "allgather" by default
+        moe_allgather_dispatcher=True,
     ),
     # torchtitan: fully_shard per block + MixedPrecisionPolicy(bf16, fp32), loss on pred.float(), `del pred`
     "fsdp2": replace(
