@@ -3,8 +3,8 @@ after an edit. Targets: every page under 2 s, the memory update under 0.5 s.
 
 Starts `streamlit run app.py` on a free port (own process group, stopped by its PID), drives Debian's Chromium with
 Playwright. A page counts as rendered when its title is on screen and the app reports
-`data-test-script-state="notRunning"` and the browser's main thread has gone idle (requestIdleCallback: charts
-drawn). Per page:
+`data-test-script-state="notRunning"`, no element placeholder (skeleton) is left, every chart and data frame has
+drawn (its canvas or svg exists), and the browser's main thread has gone idle (requestIdleCallback). Per page:
 - `render_s`: clicking its sidebar link to the page fully rendered, the page's first visit in a browser session
   (median over sessions; the target applies to this);
 - `first_session_s`: the same in the very first session after the server started (Python imports, caches cold);
@@ -39,16 +39,29 @@ MEMORY_TARGET_S = 0.5
 WARM_VISITS = 3
 EDITS = 6
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-METRIC_LABEL = "Per-GPU peak (detailed)"
-METRIC = '[data-testid="stMetric"]:has-text("Per-GPU peak (detailed)") [data-testid="stMetricValue"]'
+METRIC_LABEL = "Peak per GPU"
+METRIC = '[data-testid="stMetric"]:has-text("Peak per GPU") [data-testid="stMetricValue"]'
 
 
 SETTLED_JS = "() => new Promise(r => requestAnimationFrame(() => requestIdleCallback(() => r(true), {timeout: 10000})))"
 
 
+# every element placeholder gone and every visible chart and table drawn (a collapsed expander draws nothing): a
+# Vega-Lite chart has its canvas or svg, a Plotly chart its main svg, a data frame its canvas
+DRAWN_JS = """() => {
+    const shown = sel => [...document.querySelectorAll(sel)].filter(
+        e => e.offsetParent !== null && !e.closest('details:not([open])'));
+    return !document.querySelector('[data-testid="stSkeleton"]')
+        && shown('[data-testid="stVegaLiteChart"]').every(e => e.querySelector('canvas, svg'))
+        && shown('[data-testid="stPlotlyChart"]').every(e => e.querySelector('.main-svg'))
+        && shown('[data-testid="stDataFrame"]').every(e => e.querySelector('canvas'));
+}"""
+
+
 def settle(page) -> None:
-    """Wait until the script is idle and the browser's main thread has finished drawing (charts included)."""
+    """Wait until the script is idle, every chart and table is drawn, and the browser's main thread has gone idle."""
     page.wait_for_selector(IDLE, timeout=60_000)
+    page.wait_for_function(DRAWN_JS, timeout=60_000, polling="raf")
     page.evaluate(SETTLED_JS)
 
 

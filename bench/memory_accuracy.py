@@ -56,8 +56,9 @@ FEATURES_NOT_MODELLED = (
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "num-distributed-optimizer-instances",  # replicated distributed-optimizer instances
     "force-recompute-fp8-weight-in-bwd",
-    "expert-tensor-parallel-size",  # experts split by another degree than t
 )
+EXPERT_TP_FEATURE = "expert-tensor-parallel-size="  # Megatron --expert-tensor-parallel-size: Parallelism.etp
+GROUPED_GEMM_FEATURE = "moe-grouped-gemm=True"  # Megatron --moe-grouped-gemm: TrainingSpec.moe_grouped_gemm
 
 # A Llama-3-style model scaled down (GQA 16:4, SwiGLU, RMSNorm, RoPE, untied head) so b=8, s=2048 stays quick.
 LLAMA_MINI = ModelSpec(
@@ -192,9 +193,11 @@ def _errors(rows: list[dict]) -> dict:
 
 def _row_specs(row: dict) -> tuple[ModelSpec, TrainingSpec, Parallelism]:
     par = row.get("parallel") or {"dp": row.get("dp", 1), "tp": row.get("tp", 1), "pp": row.get("pp", 1)}
+    etp = [int(f[len(EXPERT_TP_FEATURE):]) for f in row.get("features", []) if f.startswith(EXPERT_TP_FEATURE)]
     split = Parallelism(dp=par["dp"], tp=par["tp"], pp=par["pp"], cp=par.get("cp") or 1, vp=par.get("vp") or 1,
-                        ep=par.get("ep") or 1)
-    return ModelSpec(**row["model_spec"]), TrainingSpec(**row["training"]), split
+                        ep=par.get("ep") or 1, etp=par.get("etp") or (etp[0] if etp else 0))
+    training = {**row["training"], "moe_grouped_gemm": GROUPED_GEMM_FEATURE in row.get("features", [])}
+    return ModelSpec(**row["model_spec"]), TrainingSpec(**training), split
 
 
 def predicted_as_measured(row: dict) -> int:

@@ -92,6 +92,7 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--base-quant", default="none", choices=["none", "nf4", "nf4-dq"], help="QLoRA: NF4 base linears")
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
     p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
+    p.add_argument("--moe-grouped-gemm", action="store_true", help="Megatron --moe-grouped-gemm (TE GroupedLinear)")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
     p.add_argument("--framework", default="pytorch",
                    choices=["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"],
@@ -103,6 +104,7 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
         p.add_argument("--cp", type=int, default=1, help="context-parallel ranks (sequence split, ring attention)")
         p.add_argument("--vp", type=int, default=1, help="virtual pipeline chunks per rank (interleaved 1F1B)")
         p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks (MoE experts split over them)")
+        p.add_argument("--etp", type=int, default=0, help="expert tensor-parallel size (default 0: as --tp)")
 
 
 def _model(args):
@@ -127,7 +129,7 @@ def _training(args, dp: int = 1):
         sequence_parallel=args.sequence_parallel, framework=args.framework,
         recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
-        fp8_linears=args.fp8, compile=args.compile,
+        fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,
     )
 
 
@@ -169,7 +171,7 @@ def cmd_memory(args) -> int:
     from frenzy_core.training import Parallelism
 
     model = _model(args)
-    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp, ep=args.ep)
+    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp, ep=args.ep, etp=args.etp)
     training = _training(args, dp=args.dp)
     mem = predict_memory(model, training, par, method=args.method)
     band = None

@@ -46,6 +46,14 @@ BF16_BYTES = 2
 MASK_BYTES = 1  # torch native_dropout keeps a bool mask: one byte per dropped-or-kept element
 FP8_BYTES = 1  # e4m3 / e5m2 elements (Transformer Engine fp8 linears)
 INDEX_BYTES = 8  # int64 token ids (the embedding and the loss keep them for backward)
+# Megatron MoE routing probabilities: probs.type_as(logits) (moe_utils.py topk_routing_with_score_function), bf16
+# or fp32 with --moe-router-dtype fp32; counted at fp32 (the larger)
+MEGATRON_PERMUTED_PROB_BYTES = FP32_BYTES
+# Transformer Engine (read at d0067d0d): transformer_engine/common/util/multi_stream.cpp get_num_compute_streams
+# (4) and pytorch/cpp_extensions/gemm.py get_cublas_workspace_size_bytes (32 MiB + 1 KiB on Hopper and newer,
+# 4 MiB before: counted at the Hopper size, as DEFAULT_OVERHEAD's workspaces are)
+TE_COMPUTE_STREAMS = 4
+TE_CUBLAS_WORKSPACE_BYTES = 32 * MIB + 1024
 
 # --- the paper's constants (arXiv 2412.14479, Sec. IV-A) -----------------------------------------------------------
 PAPER_STATE_BYTES_PER_PARAM = 20  # the paper's "20W": mixed-precision weights, gradients and Adam states
@@ -171,7 +179,7 @@ def predict_memory(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
-    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp, par.ep)
+    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp, par.ep, par.etp)
     values = {k: int(v) for k, v in parts.items()}
     phase_name = "static+activations" if method == "paper" else _PHASES[int(phase)]
     if method == "paper":
@@ -225,6 +233,7 @@ def predict_memory_totals(
     cp=1,
     vp=1,
     ep=1,
+    etp=0,
 ) -> np.ndarray:
     """Vectorised `predict_memory(...).total_bytes` over broadcast int arrays dp, tp, pp, micro_batch (int64 bytes).
 
@@ -242,12 +251,12 @@ def predict_memory_totals(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return np.max(
             [
-                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp, ep)
+                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp, ep, etp)
                 for spec in _known_frameworks(training)
             ],
             axis=0,
         )
-    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp, ep)
+    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp, ep, etp)
     return parts["total"]
 
 
@@ -304,12 +313,12 @@ def check_sizes(model: ModelSpec, training: TrainingSpec, micro_batch: int | Non
             )
 
 
-def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1, ep=1):
+def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1, ep=1, etp=0):
     """Components (int64 arrays, rounded one by one so they sum to the total), GPU-report totals, peak phase index."""
     if method == "paper":
         parts, phase = _paper(model, training, dp, tp), np.zeros(np.shape(dp), dtype=np.int64)
     else:
-        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp, ep=ep)
+        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp, ep=ep, etp=etp)
     rounded = {k: np.rint(parts[k]).astype(np.int64) for k in _COMPONENTS}
     tensors = sum(rounded.values())
     pools = np.rint(parts.get("stream_pools", 0.0)).astype(np.int64)
@@ -338,7 +347,9 @@ def _stage_allocated(model, training, par, stages, overhead):
     peaks = []
     split = (np.int64(par.dp), np.int64(par.tp), np.int64(par.pp), np.int64(training.micro_batch))
     for stage in stages:
-        parts, _ = _detailed(model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp, ep=par.ep)
+        parts, _ = _detailed(
+            model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp
+        )
         peaks.append(sum(int(np.rint(parts[k])) for k in _COMPONENTS) + overhead.workspace_bytes)
     return peaks
 
@@ -378,7 +389,7 @@ class _LayerActivations:
     replicated: float
     split: float
     scores: float  # multiplied by the sequence length s
-    routed: float = 0.0  # MoE: copies of routed tokens, gathered over the tp group by the dispatcher: never / t
+    routed: float = 0.0  # MoE: routed copies of tokens, gathered over the etp x ep group: x etp / t, never / t alone
 
 
 def unfused_norm_extra(model: ModelSpec, recipe: Recipe, width: int, input_bytes: int) -> float:
@@ -459,6 +470,32 @@ def _mlp_inner_bytes(model: ModelSpec, recipe: Recipe, act: int, inner: int, aut
     fc1_output = act * inner  # GELU input (K.: 8sbh for 4h)
     gelu_output = act * inner  # fc2 input (K.: 8sbh)
     return fc1_output + gelu_output
+
+
+def megatron_expert_inner_bytes(model: ModelSpec, act: int, inner: int) -> float:
+    """Bytes per routed token a Megatron expert saves between its fc1 and its fc2 (inner = this GPU's width).
+
+    The experts scale their activation by the routing probability (megatron/core/transformer/moe/experts.py
+    TEGroupedMLP.forward `bias_act_func`; SequentialMLP's experts: transformer/mlp.py MLP.forward with
+    per_token_scale; read at d98e8a64). GELU experts run unfused (bias_activation_fusion with probs raises for
+    GELU): F.gelu keeps fc1's output, `intermediate * permuted_probs` keeps the GELU output, and the product, cast
+    back to bf16, is what fc2 keeps. SwiGLU: weighted_bias_swiglu_impl (fusions/fused_bias_swiglu.py
+    WeightedSwiGLUFunction.forward saves its input and the probs) or TE's op-fuser ScaledSwiGLU keep fc1's 2 x inner
+    output, and fc2 keeps the weighted output.
+
+    >>> from frenzy_core.models import ModelSpec
+    >>> gelu = ModelSpec(name="m", vocab_size=8, hidden_size=4, num_layers=1, num_heads=1, ffn_size=16)
+    >>> megatron_expert_inner_bytes(gelu, 2, 16)  # fc1 output + GELU output + weighted copy, bf16
+    96
+    """
+    if model.mlp_kind == "swiglu":
+        fc1_output = act * 2 * inner  # gate and up halves, saved by the weighted SwiGLU
+        weighted_output = act * inner  # fc2's input
+        return fc1_output + weighted_output
+    fc1_output = act * inner  # F.gelu's input
+    gelu_output = act * inner  # saved by the multiplication with the routing probability
+    weighted_copy = act * inner  # the product cast to bf16: fc2's input
+    return fc1_output + gelu_output + weighted_copy
 
 
 def layer_activations(
@@ -551,16 +588,31 @@ def layer_activations(
         dispatched_input = act * h
         expert_output = act * h
         router_probs += INDEX_BYTES * model.moe_top_k  # topk (gather) saves the chosen experts' int64 indices
+        routed_metadata = dispatcher_maps = 0
+        if recipe.moe_probs_in_experts:
+            # Megatron: the experts multiply by the probs, unpermute scatters without them (moe_utils.py unpermute:
+            # index_add_ / scatter_add_ keep only the indices), so the expert output is not saved; per routed copy
+            # permute's index_select and unpermute keep the int64 sorted_indices, the expert's mul the permuted prob
+            expert_output = 0
+            routed_metadata = INDEX_BYTES + MEGATRON_PERMUTED_PROB_BYTES
+        if recipe.moe_allgather_dispatcher:
+            # token_dispatcher.py MoEAllGatherTokenDispatcher.dispatch_postprocess: self.local_map (bool, gathered
+            # tokens x local experts) stays on the layer, and local_probs.T.contiguous().masked_select(mask) saves
+            # its input and its own mask copy: over the etp x ep group's tokens, E / ep experts each
+            dispatcher_maps = model.num_experts * (2 * MASK_BYTES + MEGATRON_PERMUTED_PROB_BYTES)
         if recipe.fp32_router_input and model.is_mla and not autocast_inputs:
             # DeepseekV2/V3 router: F.linear(hidden_states.type(torch.float32), ...): without autocast the fp32 copy
             # of the compute-dtype input is what the linear saves (under AMP the input already is fp32)
             router_probs += FP32_BYTES * h
     else:
         inner, experts_per_token = ffn, 1
-        router_probs = dispatched_input = expert_output = 0
+        router_probs = dispatched_input = expert_output = routed_metadata = dispatcher_maps = 0
     if model.mlp_kind == "swiglu" and recipe.separate_projections and autocast_inputs:
         fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
-    mlp_inner = _mlp_inner_bytes(model, recipe, act, inner, autocast_inputs)
+    if moe_layer and recipe.moe_probs_in_experts:
+        mlp_inner = megatron_expert_inner_bytes(model, act, inner)
+    else:
+        mlp_inner = _mlp_inner_bytes(model, recipe, act, inner, autocast_inputs)
     shared_experts = 0.0
     if moe_layer and model.num_shared_experts:
         # DeepseekV3MoE.shared_experts: a dense MLP of n_shared x moe_intermediate_size on every token; under
@@ -589,7 +641,7 @@ def layer_activations(
         mlp_inner = mlp_inner - (act - FP8_BYTES) * inner
         attention_split += FP8_BYTES * o
     mlp_split = experts_per_token * mlp_inner + router_probs + shared_experts
-    routed = experts_per_token * (dispatched_input + expert_output)
+    routed = experts_per_token * (dispatched_input + expert_output + routed_metadata) + dispatcher_maps
 
     # Norms on the sublayers' outputs (compute dtype): Gemma-2/3 post_attention_layernorm and
     # post_feedforward_layernorm on top of the input norms (Gemma2DecoderLayer.forward); OLMo-2 has only these two
@@ -637,26 +689,28 @@ def _stage_layers(model: ModelSpec, p, stage):
     return dense, n - dense
 
 
-def _layer_weights(model: ModelSpec, t, ep=1):
-    """(dense layer, MoE layer) parameters per GPU: linears split by t, routed experts by ep x t, the two hidden-size
-    norms replicated. With t = ep = 1 these are `layer_parameters` of a dense and of an MoE layer."""
+def _layer_weights(model: ModelSpec, t, ep=1, etp=None):
+    """(dense layer, MoE layer) parameters per GPU: linears split by t, routed experts by ep x etp (etp = t unless
+    given), the two hidden-size norms replicated. With t = ep = 1 these are `layer_parameters` of a dense and of an
+    MoE layer."""
+    etp = t if etp is None else etp
     norms = 2 * model.norm_parameters()
     dense = (model.attention_parameters() + model.dense_mlp_parameters()) / t + norms
     if not model.is_moe:
         return dense, dense
     routed = model.routed_expert_parameters()
-    moe = (model.attention_parameters() + model.moe_mlp_parameters() - routed) / t + routed / (ep * t) + norms
+    moe = (model.attention_parameters() + model.moe_mlp_parameters() - routed) / t + routed / (ep * etp) + norms
     return dense, moe
 
 
-def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
+def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None):
     """(dense parameters, expert parameters, autocast-castable parameters) on pipeline stage `stage` of p.
 
     Megatron splits each layer's linears and the (vocab-parallel) embedding and LM head by t; norms and learned
     positions are replicated. The first stage holds the embedding, the last the final norm and the LM head; with
     tied embeddings and p > 1 the last stage keeps its own copy of the word embedding (Megatron
     `setup_embeddings_and_output_layer`). Biases of row-parallel linears are replicated in Megatron; counting them
-    split by t is off by h per layer (negligible). MoE experts are split over ep x t (Megatron's expert parallelism,
+    split by t is off by h per layer (negligible). MoE experts are split over ep x etp (Megatron's expert parallelism,
     expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router and shared
     experts by t. Each stage counts its own layers (`_stage_layers`): dense-first MoE models differ per stage.
     """
@@ -675,7 +729,7 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1):
     own_head = np.where(model.tie_embeddings & single, 0.0, word_embedding / t)
     params = layers + np.where(first, word_embedding / t + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
     # autocast casts the linears and the LM head's weight (tied: the embedding matrix, used by F.linear)
-    expert_params = n_moe * routed / (ep * t)
+    expert_params = n_moe * routed / (ep * (t if etp is None else etp))
     castable = (
         n_dense * (dense_layer - layer_replicated) + n_moe * (moe_layer_no_experts - layer_replicated)
         + expert_params + np.where(last, word_embedding / t, 0.0)
@@ -693,12 +747,13 @@ def _candidate_stages(model: ModelSpec, p):
     return tuple(stages)
 
 
-def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1):
+def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1, etp=0):
     """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
     recipe = get_recipe(training.framework)
     blocks = block_recipe(recipe, training)  # what runs inside the transformer blocks (compiled or eager)
     ps = recipe.precision_setup(training.precision)
     d, t, p, b, c, v, e = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp, ep))
+    et = np.where(np.asarray(etp) > 0, np.asarray(etp, dtype=np.float64), t)  # expert tensor parallelism (0: t)
     s, V, h = training.seq_len, model.vocab_size, model.hidden_size
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
@@ -720,6 +775,9 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         """(all activations of one layer, what it keeps until its backward), bytes per micro-batch."""
         layer = layer_activations(model, training, blocks, moe_layer)
         full = tokens * (layer.replicated / sp_divisor + layer.split / t + layer.scores * s / t + layer.routed)
+        # MoE routed copies: each GPU's tokens / t gathered over etp x ep ranks, k / ep of them to its experts: the
+        # `routed` bytes per token count etp / t times (once with etp = t, Megatron's default)
+        full = full + tokens * layer.routed * (et / t - 1)
         if training.recompute == "full":
             # Korthikanti Sec. 5 (full recomputation): each layer keeps only its input (the residual stream); the
             # layer being recomputed in backward holds its full set once (phase "backward-recompute").
@@ -749,6 +807,19 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     # Gemma2Model.forward's mask mapping); eager computes the full s x s scores and masks them
     sliding_mask = causal_mask if model.num_sliding_layers else 0.0
     per_stage_fixed = causal_mask + sliding_mask + rope_tables
+    # megatron/core/transformer/moe/token_dispatcher.py MoEAllGatherTokenDispatcher.token_dispatch:
+    # gather_from_sequence_parallel_region(hidden_states, group=tp_ep_group, use_global_buffer=True) writes the
+    # etp x ep group's tokens (each GPU's tokens / t) into GlobalMemoryBuffer "mpu" (megatron/core/utils.py
+    # get_tensor: allocated once, kept for the run); a stage with MoE layers holds it, the group of one skips it
+    gathered_tokens = tokens / t * et * e
+    moe_gather_buffer = np.where(
+        (et * e > 1) & recipe.moe_allgather_dispatcher & model.is_moe, gathered_tokens * h * act, 0.0
+    )
+    # Megatron --moe-grouped-gemm (TEGroupedMLP): TE's general_grouped_gemm spreads the experts' GEMMs over its
+    # compute streams, each with its own cuBLAS workspace, allocated on first use and cached (lru_cache)
+    grouped_gemm_workspaces = (
+        TE_COMPUTE_STREAMS * TE_CUBLAS_WORKSPACE_BYTES if training.moe_grouped_gemm and model.is_moe else 0.0
+    )
     norm_extra = unfused_norm_extra(model, recipe, h, resid)
     final_norm_input = tokens * (resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
     head_input = tokens * act * h / sp_divisor  # the LM head's linear keeps its input
@@ -781,15 +852,17 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         moe_share = n_moe / (n_dense + n_moe)
         layer_bytes = np.where(n_moe > 0, np.maximum(dense_terms[0], moe_terms[0]), dense_terms[0])  # recomputed
         kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
-        params, expert_params, castable = _stage_parameters(model, t, p, stage, e)
+        params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
+        moe_buffers = np.where(n_moe > 0, moe_gather_buffer + grouped_gemm_workspaces, 0.0)  # kept for the run
         acts = acts + np.where(last, head_activations, 0)
         logits = np.where(last, np.maximum(loss_buffers, head_grad), 0.0)
 
-        # experts' states shard over the expert-data-parallel group: dp x cp / ep ranks (parallel_state
-        # get_expert_data_parallel_group)
+        # experts' states shard over the expert-data-parallel group: tp x dp x cp / (etp x ep) ranks, dp x cp / ep
+        # with etp = t (parallel_state initialize_model_parallel, get_expert_data_parallel_group)
+        expert_shard = shard * t / (e * et)
         dense_states = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
-        expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, shard / e)
+        expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, expert_shard)
         weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
         if training.lora_rank:  # only the adapters train; the frozen base keeps its weights
             lora = model.num_layers / p * lora_parameters(model, training.lora_rank, training.lora_targets) / t
@@ -807,7 +880,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         reduce_scatter_pool, all_gather_pool = side_stream_pool_bytes(model, recipe, ps, grads, t, p, stage, shard, e)
 
         # the params this GPU's optimizer updates
-        updated_params = params / shard + expert_params / (shard / e) if shard_optimizer >= 1 else params + expert_params
+        updated_params = params / shard + expert_params / expert_shard if shard_optimizer >= 1 else params + expert_params
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
         optimizer_step = {
             "weights": weights,
@@ -824,7 +897,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
@@ -859,6 +932,8 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         }
         if not full_recompute:
             recompute = {k: 0.0 * acts for k in recompute}
+        for phase in (optimizer_step, backward_start, recompute) if full_recompute else (optimizer_step, backward_start):
+            phase["transient"] = phase["transient"] + moe_buffers  # allocated once, alive in every phase
         candidates += [optimizer_step, backward_start, recompute]
 
     shape = np.broadcast_shapes(np.shape(d), *(np.shape(st) for st in stages))
@@ -875,7 +950,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
     return ps.compute_copy_bytes if recipe.autocast else 0
 
 
-def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage):
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage, etp=None):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -890,7 +965,7 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
     n_dense, n_moe = _stage_layers(model, p, stage)
-    dense_layer, moe_layer = _layer_weights(model, t, ep)
+    dense_layer, moe_layer = _layer_weights(model, t, ep, etp)
     largest = np.where(n_moe > 0, np.maximum(dense_layer, moe_layer), dense_layer)  # the stage's largest layer
     layer_castable = largest - 2 * model.norm_parameters()
     if zero < 3:

@@ -57,6 +57,9 @@ class Recipe:
     side_stream_pools: bool = False  # FSDP2: sharded grads and all-gather buffers live in side-stream pools
     repeat_kv_copies: bool = False  # k and v widened to every head (expand + reshape copies) before SDPA saves them
     pipeline_keeps_blocks_unsharded: bool = False  # with p > 1 every block of the stage stays gathered all step
+    # Megatron-Core MoE (megatron/core/transformer/moe at d98e8a64; docs/memory.md "MoE (Megatron)"):
+    moe_probs_in_experts: bool = False  # experts scale their activation by the routing prob; unpermute gets no probs
+    moe_allgather_dispatcher: bool = False  # MoEAllGatherTokenDispatcher: global gather buffer, per-layer local maps
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -124,6 +127,11 @@ RECIPES: dict[str, Recipe] = {
         fused_softmax=True,
         autocast=False,  # --bf16 casts the model itself (Float16Module); no autocast
         residual_in_compute_dtype=True,
+        # moe/experts.py TEGroupedMLP.forward (bias_act_func) and transformer/mlp.py MLP.forward(per_token_scale):
+        # `intermediate * permuted_probs` inside the expert; token_dispatcher.py calls unpermute without probs
+        moe_probs_in_experts=True,
+        # transformer_config.py: moe_token_dispatcher_type = "allgather" by default
+        moe_allgather_dispatcher=True,
     ),
     # torchtitan: fully_shard per block + MixedPrecisionPolicy(bf16, fp32), loss on pred.float(), `del pred`
     "fsdp2": replace(

@@ -102,6 +102,7 @@ class TrainingSpec(BaseModel):
     base_quant: BaseQuant = "none"  # QLoRA: the frozen linears stored as NF4
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
+    moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -134,6 +135,14 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"compile models torchtitan's per-block torch.compile: use framework fsdp2, got {self.framework}"
             )
+        if self.moe_grouped_gemm and self.framework not in ("megatron", "unknown"):
+            raise ValueError(
+                f"moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {self.framework}"
+            )
+        if self.compile and self.moe_grouped_gemm:
+            raise ValueError("compile (torchtitan, fsdp2) and moe_grouped_gemm (Megatron) belong to different stacks")
+        if self.moe_grouped_gemm and self.precision == "amp":
+            raise ValueError("moe_grouped_gemm runs in Megatron, which has no autocast mode: use precision bf16-master")
         if self.framework == "fsdp2" and self.zero_stage in (1, 2):
             raise ValueError(
                 f"fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {self.zero_stage}"
@@ -172,6 +181,14 @@ class Parallelism:
     cp: int = 1  # context parallelism: each of cp GPUs holds seq_len / cp tokens of every sample (ring attention)
     vp: int = 1  # interleaved 1F1B: each pipeline rank holds vp chunks of num_layers / (p vp) layers
     ep: int = 1  # expert parallelism (MoE): each GPU holds num_experts / ep experts; carved out of dp x cp
+    # expert tensor parallelism (Megatron --expert-tensor-parallel-size): each expert's linears split etp ways;
+    # 0 means tp, Megatron's default (megatron/training/arguments.py: expert_tensor_parallel_size = tp if None)
+    etp: int = 0
+
+    @property
+    def expert_tp(self) -> int:
+        """The degree that splits each expert's linears: `etp`, or `tp` when etp is 0."""
+        return self.etp or self.tp
 
     @property
     def num_gpus(self) -> int:
@@ -207,12 +224,27 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
         raise SpecError(
             "vp", f"interleaving needs pp > 1 and pp x vp dividing num_layers ({model.num_layers}), got pp={par.pp} vp={par.vp}"
         )
-    if par.ep > 1 and (not model.num_experts or model.num_experts % par.ep or (par.dp * par.cp) % par.ep):
+    if not 0 <= par.etp <= MAX_PARALLEL:
+        raise SpecError("etp", f"must be 0 (= tp) or an integer from 1 to {MAX_PARALLEL:,}, got {short_repr(par.etp)}")
+    if par.etp and not model.num_experts:
+        raise SpecError("etp", f"expert tensor parallelism needs an MoE model; {model.name} has no experts: use etp=0")
+    # megatron/core/parallel_state.py initialize_model_parallel: the expert grid (etp x ep x expert-dp) re-tiles the
+    # tp x cp x dp ranks of each pipeline stage, so etp x ep must divide tp x dp x cp (with etp = tp: ep | dp x cp)
+    etp, ranks = par.expert_tp, par.tp * par.dp * par.cp
+    if par.etp and ranks % (etp * par.ep):
+        raise SpecError(
+            "etp",
+            f"etp x ep ({etp} x {par.ep}) must divide tp x dp x cp ({ranks}): Megatron tiles the expert grid over "
+            f"those ranks; use etp=0 (= tp) or a divisor",
+        )
+    if par.ep > 1 and (not model.num_experts or model.num_experts % par.ep or ranks % (etp * par.ep)):
         raise SpecError(
             "ep",
-            f"expert parallelism needs an MoE model with ep dividing num_experts ({model.num_experts}) and dp x cp "
-            f"({par.dp * par.cp}), got {par.ep}",
+            f"expert parallelism needs an MoE model with ep dividing num_experts ({model.num_experts}) and etp x ep "
+            f"dividing tp x dp x cp ({ranks}; with etp = tp: ep dividing dp x cp = {par.dp * par.cp}), got {par.ep}",
         )
+    if par.etp and model.expert_ffn % par.etp:
+        raise SpecError("etp", f"must divide the expert ffn size ({model.expert_ffn}), got {par.etp}")
     if par.cp > 1 and training.seq_len % (2 * par.cp):
         raise SpecError(
             "cp", f"seq_len ({training.seq_len}) must be a multiple of 2 x cp = {2 * par.cp} (load-balanced chunks)"

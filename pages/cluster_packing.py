@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 import yaml
 
@@ -17,7 +16,7 @@ from frenzy_core.gpus import CATALOG
 from frenzy_core.models import ZOO
 from frenzy_core.scenario import grouped_cluster_data
 from frenzy_core.workload import default_training
-from pages import common
+from pages import charts, common
 
 common.page_setup()
 
@@ -27,7 +26,6 @@ GROUP_COLUMNS = ["name", "gpu_type", "num_gpus", "count", "intra_link", "intra_l
 GROUP_ABOVE_NODES = 64  # above this many nodes, the table and the grid show node groups, not one row per node
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
                "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
-FREE_COLOUR = "#eceff1"
 
 
 def grouped(cluster) -> bool:
@@ -97,24 +95,6 @@ def on_upload() -> None:
 
 def on_paste() -> None:
     load_text(ss.get("cl_yaml_text", ""), "pasted YAML")
-
-
-def group_figure(cluster, alloc, colour: dict[str, str]) -> go.Figure:
-    """One stacked bar per node group: the GPUs each job holds there, and the free ones (fast at 10,000 nodes)."""
-    free = alloc.free_per_node()
-    spans = group_spans(cluster)
-    labels = [label for label, _, _ in spans]
-    fig = go.Figure()
-    for job in alloc.jobs:
-        per_group = [sum(n for node, n in job.placement.nodes if a <= node < b) for _, a, b in spans]
-        fig.add_bar(y=labels, x=per_group, orientation="h", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
-                    marker_color=colour[job.job_id])
-    fig.add_bar(y=labels, x=[int(free[a:b].sum()) for _, a, b in spans], orientation="h", name="free",
-                marker_color=FREE_COLOUR)
-    fig.update_layout(barmode="stack", height=max(220, 40 * len(spans) + 120), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis_title="GPUs", yaxis=dict(autorange="reversed"), legend=dict(orientation="h", y=-0.25),
-                      title="Node groups × GPUs (colour = job, grey = free)", plot_bgcolor="white")
-    return fig
 
 
 def on_submit() -> None:
@@ -251,51 +231,14 @@ if ss.get("pack_msg"):
 
 # node x GPU grid coloured by job (node groups as stacked bars above GROUP_ABOVE_NODES nodes)
 colour = {j.job_id: JOB_COLOURS[i % len(JOB_COLOURS)] for i, j in enumerate(alloc.jobs)}
-if grouped(cluster):
-    fig = group_figure(cluster, alloc, colour)
-else:
-    by_id = {j.job_id: j for j in alloc.jobs}
-    width = max(n.num_gpus for n in cluster.nodes)
-    code = {j.job_id: i + 1 for i, j in enumerate(alloc.jobs)}  # 0 = free, k = the k-th job
-    z, texts, hovers = [], [], []
-    for ni, node in enumerate(cluster.nodes):
-        row_z, row_t, row_h = [], [], []
-        for k in range(width):
-            owner = alloc.owner[ni][k] if k < node.num_gpus else None
-            row_z.append(None if k >= node.num_gpus else code.get(owner, 0))
-            row_t.append(owner.replace("job-", "") if owner else "")
-            row_h.append("" if k >= node.num_gpus else f"{node.name} GPU {k} ({node.gpu_type})<br>" + (
-                f"{owner}: {by_id[owner].model}, {by_id[owner].plan.label()}" if owner else "free"))
-        z.append(row_z)
-        texts.append(row_t)
-        hovers.append(row_h)
-    n_codes = len(alloc.jobs) + 1
-    palette = [FREE_COLOUR] + [colour[j.job_id] for j in alloc.jobs]
-    scale = [] if n_codes > 1 else [[0, FREE_COLOUR], [1, FREE_COLOUR]]
-    for i, c in enumerate(palette if n_codes > 1 else []):  # a stepped scale: one flat band per code
-        scale += [[i / n_codes, c], [(i + 1) / n_codes, c]]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(width)), y=[n.name for n in cluster.nodes], text=texts, texttemplate="%{text}",
-        hovertext=hovers, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n_codes - 0.5, showscale=False,
-        xgap=3, ygap=3, textfont=dict(color="white", size=11)))
-    for job in alloc.jobs:  # legend entries, one per job
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{job.job_id}: {job.model} ({job.plan.num_gpus})",
-                        marker=dict(symbol="square", size=12, color=colour[job.job_id]))
-    fig.update_layout(height=max(220, 30 * len(cluster.nodes) + 110), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis=dict(title="GPU slot", tickmode="linear", dtick=1), plot_bgcolor="white",
-                      yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.2),
-                      title="Nodes × GPUs (colour = job, grey = free)")
+fig = (charts.group_chart(cluster, alloc, colour, group_spans(cluster)) if grouped(cluster)
+       else charts.node_grid(cluster, alloc, colour))
 left, right = st.columns([2.2, 1])
 with left:
-    st.plotly_chart(fig, key="pack_grid", width="stretch")
+    st.vega_lite_chart(fig, key="pack_grid", width="stretch")
 with right:
     caps = free_by_type(cluster, alloc)
-    cap_fig = go.Figure()
-    cap_fig.add_bar(name="used", x=list(caps), y=[t - f for f, t in caps.values()], marker_color="#5c6bc0")
-    cap_fig.add_bar(name="free", x=list(caps), y=[f for f, _ in caps.values()], marker_color="#b0bec5")
-    cap_fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=30, b=10), title="GPUs per type",
-                          legend=dict(orientation="h", y=-0.2))
-    st.plotly_chart(cap_fig, key="pack_capacity", width="stretch")
+    st.vega_lite_chart(charts.capacity_chart(caps), key="pack_capacity", width="stretch")
     st.dataframe(pd.DataFrame([{"GPU type": g, "free": f, "total": t} for g, (f, t) in caps.items()]),
                  hide_index=True, width="stretch")
 if alloc.jobs:

@@ -68,11 +68,27 @@ if "wi_table" not in ss:  # the candidate rows the editor starts from (a mix sea
     ss.wi_table = pd.DataFrame([asdict(c) for c in DEFAULT_CANDIDATES])
     ss.wi_table_version = 0
 
+
+def editor_base(name: str, widget_key: str, default: pd.DataFrame, same_first_column: bool = False) -> pd.DataFrame:
+    """The table a data editor starts from. Streamlit drops an editor's edits (its widget state) when the page is
+    left; the edited table is kept under kept_<name> and becomes the base on return, when the widget state is gone
+    (so no edit is applied twice). A kept table whose columns, or with `same_first_column` whose first column (the
+    cluster's GPU types), no longer match the default is dropped."""
+    kept = ss.get(f"kept_{name}")
+    if widget_key not in ss and kept is not None and list(kept.columns) == list(default.columns) and (
+            not same_first_column or list(kept.iloc[:, 0]) == list(default.iloc[:, 0])):
+        ss[name] = kept
+    if name not in ss or (same_first_column and list(ss[name].iloc[:, 0]) != list(default.iloc[:, 0])):
+        ss[name] = default
+    return ss[name]
+
+
 left, right = st.columns([1.3, 1], gap="large")
 with left:
     st.markdown("**Candidates** (rows with the same name add up; today's cluster is always included)")
     version = ss.wi_table_version
-    frame = st.data_editor(ss.wi_table, key="wi_candidates" if version == 0 else f"wi_candidates_{version}",
+    candidates_key = "wi_candidates" if version == 0 else f"wi_candidates_{version}"
+    frame = st.data_editor(editor_base("wi_table", candidates_key, ss.wi_table), key=candidates_key,
                            num_rows="dynamic", hide_index=True, width="stretch", column_config={
                                "candidate": st.column_config.TextColumn("candidate", required=True),
                                "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True),
@@ -81,6 +97,7 @@ with left:
                                "gpus_per_node": st.column_config.NumberColumn("GPUs per node", min_value=1,
                                                                               max_value=64, step=1, default=8),
                            })
+    ss.kept_wi_table = frame
     c1, c2 = st.columns(2)
     pricing = c1.radio("Cost per hour as", PRICING, horizontal=True, key="wi_pricing",
                        help="rental: $/GPU-hour prices; owned: purchase amortised over the life + power")
@@ -100,11 +117,14 @@ with left:
                       "sources": (f"{defaults.cost(t).purchase_source}; {defaults.cost(t).tdp_source}"
                                   if defaults.has(t) else "cluster-defined type: enter a price and TDP")}
                      for t in types]
-        costs_frame = st.data_editor(pd.DataFrame(cost_rows), key="wi_costs", hide_index=True, width="stretch",
+        costs_frame = st.data_editor(editor_base("wi_costs_base", "wi_costs", pd.DataFrame(cost_rows),
+                                                 same_first_column=True), key="wi_costs", hide_index=True,
+                                     width="stretch",
                                      disabled=["GPU type", "sources"], column_config={
                                          "purchase $": st.column_config.NumberColumn(min_value=0.0, format="$%.0f"),
                                          "TDP W": st.column_config.NumberColumn(min_value=0.0, format="%.0f"),
                                          "rental $/h": st.column_config.NumberColumn(min_value=0.0, format="$%.2f")})
+        ss.kept_wi_costs_base = costs_frame
     with st.expander("Search mixes under the budget"):
         ss.wi_search_types = [t for t in ss.wi_search_types if t in types]  # the cluster may have changed
         search_types = st.multiselect("GPU types to mix", types, key="wi_search_types")
@@ -122,13 +142,15 @@ with right:
     else:
         st.caption("Each row: runs per week of a model, each `hours` long on `gpus` GPUs of that type (Poisson "
                    "arrivals, drawn per seed).")
-        jobs_frame = st.data_editor(DEFAULT_JOBS, key="wi_jobs", num_rows="dynamic", hide_index=True,
+        jobs_frame = st.data_editor(editor_base("wi_jobs_base", "wi_jobs", DEFAULT_JOBS), key="wi_jobs",
+                                    num_rows="dynamic", hide_index=True,
                                     width="stretch", column_config={
                                         "model": st.column_config.SelectboxColumn(options=list(ZOO), required=True),
                                         "runs_per_week": st.column_config.NumberColumn("runs / week", min_value=0.0),
                                         "gpus": st.column_config.NumberColumn("GPUs", min_value=1, step=1),
                                         "hours": st.column_config.NumberColumn("hours per run", min_value=0.0),
                                         "gpu_type": st.column_config.SelectboxColumn("on GPU type", options=types)})
+        ss.kept_wi_jobs_base = jobs_frame
         weeks = st.number_input("weeks to simulate", min_value=0.5, max_value=52.0, step=0.5, key="wi_weeks")
         try:
             workload = WeeklyJobs(tuple(
@@ -140,8 +162,8 @@ with right:
                               "my jobs")
             workload = None
         workload_label = "my jobs"
-    c1, c2, c3 = st.columns(3)
-    policy = c1.selectbox("Policy", list(REGISTRY), key="wi_policy")
+    policy = st.selectbox("Policy", list(REGISTRY), key="wi_policy")  # own row: a third of it clips the names
+    c2, c3 = st.columns(2)
     seeds = c2.number_input("seeds", min_value=1, max_value=50, step=1, key="wi_seeds",
                             help="5 by default: with 2 seeds a 95% interval is mean ± 12.7 standard errors")
     workers = c3.number_input("worker processes", min_value=1, max_value=64, step=1, key="wi_workers",
@@ -174,6 +196,7 @@ if search:
     else:
         if rows:
             ss.wi_table = pd.DataFrame(rows)
+            ss.pop("kept_wi_table", None)  # the search result replaces the edited candidates
             ss.wi_table_version += 1
             st.rerun()
         st.warning("No mix of those types fits the budget; raise it or pick cheaper types.")
@@ -251,7 +274,7 @@ else:
         st.warning(result.message, icon=":material/balance:")
     for note in result.notes:
         st.caption(f"Note: {note}")
-    st.dataframe(table, hide_index=True, width="stretch", key="wi_table", column_config={
+    st.dataframe(table, hide_index=True, width="stretch", key="wi_results_table", column_config={
         **{k: st.column_config.NumberColumn(format="%.2f") for k in
            ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")},
         **{k: st.column_config.NumberColumn(format="$%.0f") for k in ("purchase $", "TCO over life $")}})

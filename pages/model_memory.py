@@ -3,10 +3,8 @@ and see the per-GPU memory by component, detailed beside the paper's method, aga
 
 from __future__ import annotations
 
-import math
 from typing import get_args
 
-import plotly.graph_objects as go
 import streamlit as st
 
 from frenzy_core.errors import SpecError
@@ -22,7 +20,7 @@ from frenzy_core.training import (
     check_parallelism,
     make_training,
 )
-from pages import common
+from pages import charts, common
 
 common.page_setup()
 
@@ -38,7 +36,7 @@ CHOICE_FIELDS = {
     "mlp_kind": ("MLP", ["gelu", "swiglu"]), "position_kind": ("positions", ["learned", "rotary"]),
     "norm_kind": ("norm", ["layernorm", "rmsnorm"]),
 }
-BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "biases on linear layers"}
+BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "linear biases"}
 TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
                    "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout")
 CUSTOM = "(config.json)"
@@ -161,7 +159,7 @@ left, right = st.columns([1, 1.35], gap="large")
 
 with left:
     st.subheader("Model", anchor=False)
-    tab_zoo, tab_hf = st.tabs(["Zoo & hyperparameters", "Hugging Face config.json"])
+    tab_zoo, tab_hf = st.tabs(["Zoo & edit", "HF config.json"])
     with tab_hf:
         st.file_uploader("Upload a config.json", type=["json"], key="hf_upload", on_change=on_hf_upload)
         st.text_input("Name (optional)", key="hf_name", placeholder="e.g. my-llama")
@@ -180,9 +178,9 @@ with left:
         for i, (field, label) in enumerate(INT_FIELDS.items()):
             cols[i % 3].number_input(label, min_value=0 if field == "num_experts" else 1, max_value=INT_LIMITS[field],
                                      step=1, key=f"hp_{field}")
-        cols = st.columns(3)
+        cols = st.columns(2)  # two per row: three clip the values below 1,400 px
         for i, (field, (label, choices)) in enumerate(CHOICE_FIELDS.items()):
-            cols[i].selectbox(label, choices, key=f"hp_{field}")
+            cols[i % 2].selectbox(label, choices, key=f"hp_{field}")
         cols = st.columns(2)
         for i, (field, label) in enumerate(BOOL_FIELDS.items()):
             cols[i].checkbox(label, key=f"hp_{field}")
@@ -197,17 +195,18 @@ with left:
                     help="samples per optimizer step over all replicas")
     c3.number_input("micro-batch", min_value=1, max_value=65_536, step=1, key="tr_micro_batch",
                     help="samples per forward/backward; at most the global batch")
-    c1.selectbox("framework", get_args(Framework), key="tr_framework",
+    s1, s2 = st.columns(2)  # choices two per row: three clip values such as "bf16-master" below 1,400 px
+    s1.selectbox("framework", get_args(Framework), key="tr_framework",
                  help="the training stack whose memory recipe applies (docs/memory.md, 'Framework recipes'); "
                       "unknown: the highest recipe, with the band over all of them")
-    c2.selectbox("precision", get_args(Precision), key="tr_precision")
-    c3.selectbox("optimizer", get_args(Optimizer), key="tr_optimizer")
-    c1.selectbox("ZeRO stage", [0, 1, 2, 3], key="tr_zero_stage")
-    c2.selectbox("recomputation", get_args(Recompute), key="tr_recompute")
-    c3.selectbox("attention", get_args(Attention), key="tr_attention")
-    c1.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key="tr_dropout")
-    c2.checkbox("distributed optimizer", key="tr_distributed_optimizer")
-    c3.checkbox("sequence parallel", key="tr_sequence_parallel")
+    s2.selectbox("precision", get_args(Precision), key="tr_precision")
+    s1.selectbox("optimizer", get_args(Optimizer), key="tr_optimizer")
+    s2.selectbox("ZeRO stage", [0, 1, 2, 3], key="tr_zero_stage")
+    s1.selectbox("recomputation", get_args(Recompute), key="tr_recompute")
+    s2.selectbox("attention", get_args(Attention), key="tr_attention")
+    s1.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key="tr_dropout")
+    s2.checkbox("distributed optimizer", key="tr_distributed_optimizer")
+    s2.checkbox("sequence parallel", key="tr_sequence_parallel")
     st.markdown("**Split** (data × tensor × pipeline)")
     c1, c2, c3 = st.columns(3)
     c1.number_input("d (data)", min_value=1, max_value=1_048_576, step=1, key="par_dp")
@@ -258,13 +257,16 @@ with right:
         common.show_error(err, "memory")
         st.stop()
     detailed, paper = result["detailed"], result["paper"]
-    a, b, c = st.columns(3)
-    a.metric("Parameters", common.fmt_params(m.parameter_count()), help=f"{m.parameter_count():,} exactly")
-    b.metric("Per-GPU peak (detailed)", f"{detailed[1]:.2f} GiB", help=f"peak during {detailed[2]}")
-    c.metric("Per-GPU peak (paper)", f"{paper[1]:.2f} GiB", help="Frenzy paper (arXiv 2412.14479), Sec. IV-A")
+    # two metrics with three significant digits (exact figures in the help): wider rows clip values below 1,400 px
+    a, b = st.columns(2)
+    a.metric("Peak per GPU", f"{detailed[1]:.3g} GiB",
+             help=f"detailed method, {t.framework} recipe: {detailed[1]:.3f} GiB, peak during {detailed[2]}")
+    b.metric("Paper's formula", f"{paper[1]:.3g} GiB",
+             help=f"{paper[1]:.3f} GiB: Frenzy paper (arXiv 2412.14479), Sec. IV-A")
     low, high = result["band"]
     band = f"Across the framework recipes (pytorch, hf, megatron, fsdp2, deepspeed): {low:.2f}-{high:.2f} GiB."
-    st.caption(f"Detailed peak ({t.framework} recipe) during **{detailed[2]}**. {band}")
+    st.caption(f"**{m.name}**: {common.fmt_params(m.parameter_count())} parameters ({m.parameter_count():,}). "
+               f"Detailed peak ({t.framework} recipe) during **{detailed[2]}**. {band}")
     if t.framework == "unknown":
         st.warning(f"Framework unknown: the planner uses the highest recipe ({high:.2f} GiB); the real peak lies in "
                    f"{low:.2f}-{high:.2f} GiB depending on the stack. Pick the framework to narrow it.")
@@ -272,46 +274,21 @@ with right:
     ss.setdefault("mem_all_gpus", False)
     ss.setdefault("mem_log_scale", False)
     t1, t2 = st.columns(2)
-    show_all = t1.toggle("Show every GPU in the catalog", key="mem_all_gpus",
+    show_all = t1.toggle("All catalog GPUs", key="mem_all_gpus",
                          help="Off: only the GPU types of the current cluster.")
     log_scale = t2.toggle("Log scale", key="mem_log_scale",
                           help="The paper's formula can be many times the detailed figure; a log axis shows both.")
     gpus = list(CATALOG.values()) if show_all else common.cluster().gpu_types_present()
-    fig = go.Figure()
-    methods = ["detailed", "paper"]
-    names = list(dict.fromkeys([*detailed[0], *paper[0]]))
-    for name in names:
-        help_text = TERM_HELP.get(name, "see docs/memory.md")
-        fig.add_bar(name=name.replace("_bytes", "").replace("_", " "), x=methods,
-                    y=[result[mm][0].get(name, 0.0) for mm in methods], customdata=[help_text] * len(methods),
-                    hovertemplate="<b>" + name + "</b> (%{x}): %{y:.2f} GiB<br>%{customdata}<extra></extra>")
     by_capacity: dict[float, list[str]] = {}
     for g in gpus:
         by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
-    for cap, gnames in sorted(by_capacity.items()):
-        fits = detailed[1] <= cap
-        fig.add_hline(y=cap, line_dash="dot", line_color="#2e7d32" if fits else "#c62828",
-                      annotation_text=f"{'✓' if fits else '✗'} {', '.join(gnames)} ({cap:g} GiB)",
-                      annotation_position="top right", annotation_font_size=11)
-    # the linear axis fits the detailed bar and every GPU line; a paper bar far above is labelled, not squashing them
-    top = max([detailed[1], *by_capacity]) if by_capacity else detailed[1]
-    if log_scale:
-        low = min([v for v in [*detailed[0].values(), *paper[0].values()] if v > 0] or [0.01])
-        fig.update_yaxes(type="log", range=[math.log10(max(low, 1e-3)) - 0.2,
-                                            math.log10(max(top, paper[1])) + 0.15])
-    else:
-        fig.update_yaxes(range=[0, top * 1.15])
-        if paper[1] > top * 1.15:
-            fig.add_annotation(x="paper", y=top * 1.1, text=f"paper: {paper[1]:,.0f} GiB ↑ (turn on log scale)",
-                               showarrow=False, font=dict(color="#c62828", size=12), bgcolor="white")
-    fig.update_layout(barmode="stack", height=520, yaxis_title="GiB per GPU", margin=dict(l=10, r=10, t=30, b=10),
-                      legend_title_text="component",
-                      title=f"{m.name}, d={p.dp} t={p.tp} p={p.pp}, micro-batch {t.micro_batch}, seq {t.seq_len}")
-    st.plotly_chart(fig, key="memory_chart", width="stretch")
-    fit_rows = [{"GPU": g.name, "memory GiB": round(common.gib(g.memory_bytes), 1),
-                 "headroom GiB (detailed)": round(common.gib(g.memory_bytes) - detailed[1], 2),
-                 "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗"} for g in gpus]
-    st.dataframe(fit_rows, hide_index=True, width="stretch")
+    names = list(dict.fromkeys([*detailed[0], *paper[0]]))
+    st.vega_lite_chart(charts.memory_chart(result, names, by_capacity, log_scale,
+                                         [m.name, f"d={p.dp} t={p.tp} p={p.pp}, micro-batch {t.micro_batch}, "
+                                                  f"seq {t.seq_len}"], TERM_HELP), key="memory_chart", width="stretch")
+    st.table([{"GPU": g.name, "memory GiB": f"{common.gib(g.memory_bytes):.1f}",
+               "headroom GiB (detailed)": f"{common.gib(g.memory_bytes) - detailed[1]:.2f}",
+               "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗"} for g in gpus])
     st.caption("Capacity is the GPU's nominal memory; the Plans page also keeps a safety margin free. "
                "Detailed = component model with the most loaded pipeline stage; paper = Frenzy's closed form.")
     # the formulas sit in a popover (drawn only when opened) so the page and its memory updates stay fast

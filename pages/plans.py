@@ -5,16 +5,13 @@ files (Megatron-LM, DeepSpeed, torchtitan, accelerate, SLURM, Kubernetes) of any
 from __future__ import annotations
 
 import json
-import math
 
-import plotly.graph_objects as go
 import streamlit as st
-from plotly.subplots import make_subplots
 
 from frenzy_core.errors import SpecError
 from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
-from pages import common
+from pages import charts, common
 
 common.page_setup()
 ss = st.session_state
@@ -24,7 +21,6 @@ FORMAT_LABELS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "torchtita
                  "accelerate": "accelerate", "slurm": "SLURM", "kubernetes": "Kubernetes"}
 CODE_LANGUAGE = {"megatron": "bash", "deepspeed": "json", "torchtitan": "toml", "accelerate": "yaml", "slurm": "bash",
                  "kubernetes": "yaml"}
-PANELS_PER_ROW = 4
 # Human column headers, units in the header; times in hours throughout.
 COLUMNS = {"gpu_type": "GPU type", "dp": "d (data)", "tp": "t (tensor)", "pp": "p (pipeline)", "num_gpus": "GPUs",
            "micro_batch": "micro-batch", "grad_accum": "accumulation steps", "memory_gib": "memory (GiB/GPU)",
@@ -36,48 +32,6 @@ FORMATS_NUM = {"memory (GiB/GPU)": "%.1f", "headroom (GiB)": "%.1f", "step (s)":
 DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "detailed", "plans_margin": 0.10,
             "plans_floor": DEFAULT_SCALING_FLOOR, "plans_deadline_h": 0.0, "plans_max_gpus": 0, "plans_budget": 0.0,
             "plans_export_format": "megatron", "plans_export_rank": 1}
-
-
-def heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> go.Figure:
-    """One panel per GPU type (at most PANELS_PER_ROW per row): d (rows) x t (columns) coloured by headroom GiB;
-    infeasible cells carry a cross, the winning plan a star. One figure, shared colour bar."""
-    rows = math.ceil(len(types) / PANELS_PER_ROW)
-    cols = min(len(types), PANELS_PER_ROW)
-    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, horizontal_spacing=0.04,
-                        vertical_spacing=0.16 if rows > 1 else 0.0, subplot_titles=types)
-    d_all = sorted(int(v) for v in grid["dp"].unique())
-    t_all = sorted(int(v) for v in grid["tp"].unique())
-    at_p = grid[grid["pp"] == p]
-    for i, gpu_type in enumerate(types):
-        r, c = i // PANELS_PER_ROW + 1, i % PANELS_PER_ROW + 1
-        cells = at_p[at_p["gpu_type"] == gpu_type]
-        table = cells.pivot_table(index="dp", columns="tp", values="headroom_gib", aggfunc="first")
-        table = table.reindex(index=d_all, columns=t_all)
-        feasible = cells.pivot_table(index="dp", columns="tp", values="feasible", aggfunc="first")
-        feasible = feasible.reindex(index=d_all, columns=t_all)
-        text = [["" if v != v else ("✓" if f else "✗") for v, f in zip(row, frow, strict=True)]
-                for row, frow in zip(table.values, feasible.values, strict=True)]
-        fig.add_trace(go.Heatmap(
-            z=table.values, x=[f"t={t}" for t in t_all], y=[f"d={d}" for d in d_all], text=text,
-            texttemplate="%{text}", colorscale="RdYlGn", zmid=0, zmin=-lim, zmax=lim, xgap=2, ygap=2,
-            showscale=(i == 0), colorbar=dict(title="headroom GiB", thickness=12),
-            hovertemplate="%{y} %{x} p=" + str(p) + "<br>headroom %{z:.1f} GiB<extra>" + gpu_type + "</extra>",
-        ), row=r, col=c)
-        if best is not None and best.gpu_type == gpu_type and best.pp == p:
-            fig.add_trace(go.Scatter(x=[f"t={best.tp}"], y=[f"d={best.dp}"], mode="markers", name="best plan",
-                                     marker=dict(symbol="star", size=22, color="#1a237e",
-                                                 line=dict(color="white", width=2)),
-                                     hovertemplate="best plan: " + best.label() + "<extra></extra>"),
-                          row=r, col=c)
-        fig.update_xaxes(title_text="t (tensor-parallel)", type="category", row=r, col=c)
-    for r in range(1, rows + 1):
-        fig.update_yaxes(title_text="d (data-parallel)", row=r, col=1)
-    fig.update_yaxes(autorange="reversed", type="category")
-    fig.update_layout(height=330 * rows + 40, margin=dict(l=10, r=10, t=60, b=10), showlegend=False,
-                      title=dict(text=f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)"
-                                                                      if best is not None and best.pp == p else ""),
-                                 font=dict(size=14)))
-    return fig
 
 
 def plan_table(frame):
@@ -110,23 +64,24 @@ st.caption(f"{m.name} · seq {t.seq_len} · global batch {t.global_batch} · {t.
            f"recompute {t.recompute} on **{c.name}** ({c.total_gpus} GPUs). Change them on the Model & memory and "
            "Cluster pages.")
 
-c1, c2, c3, c4 = st.columns([2, 1, 1, 1])
-objective = c1.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,
+# the objective on its own row and the number inputs four to a row: narrower columns clip them below 1,400 px
+objective = st.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,
                                  key="plans_objective") or "time"
-tokens = c2.number_input("token budget", min_value=1e6, max_value=1e16, step=1e9, format="%.3g", key="plans_tokens",
-                         help="tokens to train for, 1e6 to 1e16")
-method = c3.selectbox("memory method", ["detailed", "paper"], key="plans_method")
-margin = c4.slider("safety margin", 0.0, 0.5, step=0.01, key="plans_margin",
-                   help="fraction of each GPU's memory kept free")
 c1, c2, c3, c4 = st.columns(4)
+tokens = c1.number_input("token budget", min_value=1e6, max_value=1e16, step=1e9, format="%.2e", key="plans_tokens",
+                         help="tokens to train for, 1e6 to 1e16")
+method = c2.selectbox("memory method", ["detailed", "paper"], key="plans_method")
+margin = c3.slider("safety margin", 0.0, 0.5, step=0.01, key="plans_margin",
+                   help="fraction of each GPU's memory kept free")
+floor = c4.slider("scaling floor", 0.0, 1.0, step=0.05, key="plans_floor",
+                  help="drop a plan when the GPUs it adds over a smaller plan of the same GPU type buy less than "
+                       "this share of linear speed-up (0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
+c1, c2, c3, _ = st.columns(4)
 deadline_h = c1.number_input("deadline (h, 0 = none)", min_value=0.0, max_value=1e6, step=24.0, key="plans_deadline_h",
                              help="drop plans that take longer than this to train the token budget")
 max_gpus = c2.number_input("max GPUs (0 = none)", min_value=0, max_value=1_000_000, step=8, key="plans_max_gpus")
 budget = c3.number_input("budget (USD, 0 = none)", min_value=0.0, max_value=1e10, step=1000.0,
                          key="plans_budget", help="drop plans that cost more (GPU-hours x catalog price)")
-floor = c4.slider("scaling floor", 0.0, 1.0, step=0.05, key="plans_floor",
-                  help="drop a plan when the GPUs it adds over a smaller plan of the same GPU type buy less than "
-                       "this share of linear speed-up (0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
 
 try:
     with st.spinner("Ranking plans…"):
@@ -165,7 +120,7 @@ else:
     # one colour scale for every GPU type, spanning the feasible headroom (deeper deficits saturate red)
     fit = grid.loc[grid["feasible"], "headroom_gib"]
     lim = max(1.0, float(fit.max()) if len(fit) else float(grid["headroom_gib"].abs().max()))
-    st.plotly_chart(heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="stretch")
+    st.vega_lite_chart(charts.headroom_heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="content")
     st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit; ★: the "
                "best plan. Each cell uses the micro-batch with the fastest step that fits.")
 

@@ -83,10 +83,10 @@ def test_bad_frenzy_cluster_env_warns_and_falls_back(monkeypatch, tmp_path):
 # --- Model & memory ---------------------------------------------------------------------------------------------
 def test_changing_a_model_value_changes_the_memory_figure(app):
     open_page(app, "pages/model_memory.py")
-    before = metric(app, "Per-GPU peak (detailed)")
+    before = metric(app, "Peak per GPU")
     app.number_input(key="hp_num_layers").set_value(16).run()
     no_failure(app)
-    assert metric(app, "Per-GPU peak (detailed)") != before
+    assert metric(app, "Peak per GPU") != before
     assert app.session_state.model.num_layers == 16
     assert app.session_state.model.name.endswith("(edited)")
 
@@ -407,9 +407,30 @@ def test_the_framework_picks_the_memory_recipe_and_unknown_shows_the_band(app):
     m, t, p = app.session_state.model, app.session_state.training, app.session_state.par
     assert t.framework == "megatron"
     want = predict_memory(m, t, p).total_bytes / GIB  # the core's number for the recipe the page now uses
-    assert metric(app, "Per-GPU peak (detailed)") == f"{want:.2f} GiB"
+    assert metric(app, "Peak per GPU") == f"{want:.3g} GiB"
     app.selectbox(key="tr_framework").set_value("unknown").run()
     no_failure(app)
     low, high = predict_memory_band(app.session_state.model, app.session_state.training, app.session_state.par)
     warning = " ".join(w.value for w in app.warning)
     assert f"{low.total_bytes / GIB:.2f}-{high.total_bytes / GIB:.2f} GiB" in warning
+
+
+def test_gpu_mix_edited_tables_survive_a_visit_to_another_page(app):
+    # an edit in the candidates editor (as the frontend reports it: the widget's delta state), then another page
+    open_page(app, "pages/gpu_mix.py")
+    # (deleting row 0 tells a kept table from an edit applied twice on return, which would delete two rows)
+    app.session_state["wi_candidates"] = {"edited_rows": {"1": {"count": 40}}, "added_rows": [],
+                                          "deleted_rows": [0]}
+    app.run()
+    no_failure(app)
+    kept = app.session_state.kept_wi_table
+    assert list(kept["candidate"]) == ["+32 L40S", "+24 A100-80GB"] and list(kept["count"]) == [40, 24]
+    open_page(app, "pages/plans.py")
+    open_page(app, "pages/gpu_mix.py")  # the editor's widget state is gone: the kept table is its base
+    assert list(app.session_state.wi_table["candidate"]) == ["+32 L40S", "+24 A100-80GB"]
+    assert list(app.session_state.wi_table["count"]) == [40, 24]
+    app.number_input(key="wi_limit").set_value(40)
+    app.number_input(key="wi_seeds").set_value(1)
+    app.button(key="wi_run").click().run()
+    no_failure(app)
+    assert list(app.session_state.wi_results["candidate"]) == ["today", "+32 L40S", "+24 A100-80GB"]

@@ -261,6 +261,9 @@ def test_compile_is_modelled_for_fsdp2_only():
         make_training(framework="megatron", precision="bf16-master", compile=True)
     assert err.value.field == "compile" or "compile" in str(err.value)
     assert make_training(framework="unknown", compile=True).compile  # the band then holds fsdp2 alone
+    with pytest.raises(SpecError) as err:  # two stacks' options: no recipe could run both
+        make_training(framework="unknown", precision="bf16-master", compile=True, moe_grouped_gemm=True)
+    assert "compile" in str(err.value)
 
 
 def test_fp8_linears_keep_one_byte_inputs_and_a_cached_fp8_weight_with_its_transpose():
