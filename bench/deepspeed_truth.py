@@ -17,7 +17,11 @@ tensor, so here by identity: the same rule for real tensors); `largest_layer_par
     DS_BUILD_OPS=0 pip install deepspeed   # imports on a CPU-only machine (accelerator "cpu")
     python bench/deepspeed_truth.py --mirror /work/.mirror/deepspeedai+DeepSpeed/repo
 
-The last line printed is a JSON object with the row count and the version.
+`--real-gpu tests/data/real_gpu_peaks.jsonl` also (re)writes, at the end of that file, the rows DeepSpeed itself
+published as real-GPU peaks (DEEPSPEED_EXAMPLES_TABLE below, transcribed with file, table and row), replacing any
+earlier `framework: "deepspeed"` rows and leaving every other row as it is; the split is real_gpu_peaks.split_of.
+
+The last line printed is a JSON object with the row counts and the version.
 """
 
 from __future__ import annotations
@@ -131,14 +135,101 @@ def _row(model_name, config, spec, stage, dp, offload, args, result, provenance,
     }
 
 
+# --- real-GPU peaks DeepSpeed published -----------------------------------------------------------------------------
+# deepspeedai/DeepSpeedExamples training/bf16_master_weight/README.md (added 6a3d817, 2025-12-20), the "Baseline (fp32
+# master)" rows: configs/baseline.json (bf16, ZeRO-3, AdamW, reduce_bucket_size 5e7, stage3_param_persistence_threshold
+# 0, overlap_comm, no torch_autocast) with train.py's SimpleTransformerModel. "Peak Memory" is
+# torch.cuda.max_memory_allocated() since torch.cuda.reset_peak_memory_stats() at the top of main(), i.e. it includes
+# deepspeed.initialize(); "Allocated Memory" is torch.cuda.memory_allocated() after the last step; both printed by
+# format_memory(): bytes / 1024**3 with two decimals, labelled "GB".
+DSX_COMMIT = "45b4b7156c8794a3452a5a7d03dbd8d797068569"  # DeepSpeedExamples HEAD the files were read at
+DSX_PATH = "training/bf16_master_weight/README.md"
+# Features of these runs no recipe models (bench/memory_accuracy.py reports such rows apart):
+DSX_FEATURES = [
+    "reduce-bucket-size=5e7",  # the recipe assumes DeepSpeed's default 5e8
+    "stage3-param-persistence-threshold=0",  # default 1e5
+    "torch-mha-need-weights",  # nn.MultiheadAttention(x, x, x) with need_weights=True: explicit bmm + bf16 softmax
+    # (no autocast, no fp32 upcast), packed in_proj copied contiguous, out_proj.weight read as a ZeRO-3 external param
+    "bf16-loss-on-kept-logits",  # nn.CrossEntropyLoss on the bf16 logits, the `logits` variable alive in backward
+    "peak-includes-initialize",  # the peak window opens before deepspeed.initialize moves the module to the GPU
+]
+# (id suffix, table, hidden, layers, heads, micro-batch, GPUs, activation checkpointing, peak GiB, allocated GiB)
+DEEPSPEED_EXAMPLES_TABLE = [
+    ("254m-1gpu", "1-GPU Results", 1024, 12, 16, 4, 1, False, 5.93, 4.14),
+    ("254m-4gpu", "4-GPU Results (per GPU) - 254M Model", 1024, 12, 16, 4, 4, False, 3.57, 1.29),
+    ("6.86b-4gpu", "4-GPU Results (per GPU) - 6.86B Model", 4096, 32, 32, 1, 4, False, 41.28, 25.74),
+    ("6.86b-4gpu-ac", "4-GPU Results (per GPU) - 6.86B Model with Activation Checkpointing", 4096, 32, 32, 1, 4, True,
+     31.38, 25.74),
+]
+DSX_VOCAB, DSX_SEQ = 50000, 512  # train.py defaults (random token ids), --seq_length 512
+
+
+def deepspeed_examples_rows() -> list[dict]:
+    from real_gpu_peaks import split_of
+
+    out = []
+    for suffix, table, h, layers, heads, b, gpus, ac, peak_gib, alloc_gib in DEEPSPEED_EXAMPLES_TABLE:
+        # SimpleTransformerModel: token + position embeddings, post-LN blocks (nn.MultiheadAttention, LayerNorm,
+        # Linear-GELU-Linear 4h, all with biases), an untied output_proj with bias, no final norm
+        spec = dict(name=f"dsx-simple-transformer-{layers}x{h}", vocab_size=DSX_VOCAB, hidden_size=h, num_layers=layers,
+                    num_heads=heads, ffn_size=4 * h, mlp_kind="gelu", tie_embeddings=False, position_kind="learned",
+                    max_positions=DSX_SEQ, norm_kind="layernorm", bias=True)
+        recompute = "full" if ac else "none"
+        training = dict(seq_len=DSX_SEQ, global_batch=b * gpus, micro_batch=b, precision="bf16-master",
+                        optimizer="adamw-fused", zero_stage=3, recompute=recompute, attention="eager", dropout=0.0,
+                        framework="deepspeed")
+        row = dict(
+            id=f"dsx:bf16_master_weight:{suffix}:baseline", framework="deepspeed", split=None,
+            source=f"deepspeedai/DeepSpeedExamples {DSX_PATH} (table '{table}', row 'Baseline (fp32 master)', column "
+                   f"'Peak Memory') at commit {DSX_COMMIT}; train.py prints torch.cuda.max_memory_allocated() / 1024**3",
+            source_repo="deepspeedai/DeepSpeedExamples", source_path=DSX_PATH,
+            source_config_path="training/bf16_master_weight/configs/baseline.json + train.py (SimpleTransformerModel)",
+            source_commit=DSX_COMMIT, test_type="published example",
+            quoted=f"{table}: Baseline (fp32 master) | Allocated Memory {alloc_gib} GB | Peak Memory {peak_gib} GB",
+            measured_bytes=round(peak_gib * 2**30), measured_kind="max_memory_allocated",
+            measured_rank="one rank's SUMMARY line (gather_memory.py); ZeRO-3 ranks are symmetric",
+            allocated_after_run_bytes=round(alloc_gib * 2**30),
+            run_config=dict(reduce_bucket_size=50_000_000, stage3_param_persistence_threshold=0, overlap_comm=True,
+                            contiguous_gradients=True, vocab_size=DSX_VOCAB, logits_kept_dtype_bytes=2),
+            model=f"DeepSpeedExamples SimpleTransformerModel: hidden {h}, {layers} post-LN layers, {heads} heads, GELU "
+                  f"ffn {4 * h}, vocab {DSX_VOCAB}, learned positions {DSX_SEQ}, untied output_proj with bias",
+            model_spec=spec, seq_len=DSX_SEQ, micro_batch=b, global_batch=b * gpus, dp=gpus, tp=1, pp=1, vp=None,
+            cp=1, ep=1, zero_or_fsdp="DeepSpeed ZeRO-3 (configs/baseline.json)",
+            precision="bf16 params (engine casts the module), fp32 master + AdamW states (DeepSpeed FusedAdam)",
+            optimizer="DeepSpeed AdamW (FusedAdam, adam_w_mode)",
+            recompute="torch.utils.checkpoint per block (use_reentrant=False)" if ac else "none",
+            attention="nn.MultiheadAttention (explicit bmm + softmax in bf16, non-causal)", dropout="none",
+            framework_detail="DeepSpeed ZeRO-3, overlap_comm, contiguous_gradients, loss.backward() + engine.step()",
+            gpu=f"not stated (bf16 GPU) x{gpus}", world_size=gpus, training=training,
+            parallel=dict(dp=gpus, tp=1, pp=1, vp=None, cp=1, ep=1), features=list(DSX_FEATURES),
+            in_shared_reference=False,
+        )
+        row["split"] = split_of(row)
+        out.append(row)
+    return out
+
+
+def write_real_gpu_rows(path: Path) -> list[dict]:
+    """Replace the deepspeed rows at the end of the real-GPU fixture, keeping every other row and its order."""
+    kept = [line for line in path.read_text().splitlines() if line.strip()
+            and json.loads(line)["framework"] != "deepspeed"]
+    new = deepspeed_examples_rows()
+    path.write_text("".join(line + "\n" for line in kept) + "".join(json.dumps(r) + "\n" for r in new))
+    return new
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirror", type=Path, default=None, help="bare git mirror of deepspeedai/DeepSpeed")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--real-gpu", type=Path, default=None, help="real_gpu_peaks.jsonl to append the DeepSpeed rows to")
     args = parser.parse_args(argv)
+    real = write_real_gpu_rows(args.real_gpu) if args.real_gpu else []
     table = rows(args.mirror)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in table))
-    print(json.dumps({"rows": len(table), "deepspeed_version": table[0]["deepspeed_version"],
+    print(json.dumps({"rows": len(table), "real_gpu_rows": len(real),
+                      "real_gpu_heldout": sum(r["split"] == "heldout" for r in real),
+                      "deepspeed_version": table[0]["deepspeed_version"],
                       "zero2_rows": sum(r["zero_stage"] == 2 for r in table),
                       "zero3_rows": sum(r["zero_stage"] == 3 for r in table),
                       "source_commit": table[0]["source_commit"]}))

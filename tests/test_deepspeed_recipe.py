@@ -160,3 +160,33 @@ def test_zero3_bucket_is_alive_at_the_step_and_zero12_bucket_is_not():
     # ZeRO-2's step has no bucket: the partition's cast only (its bucket was released at the end of backward)
     _, transient = zero_step_terms(DS, ps, 2, 2 * n / 8, n / 8, 0)
     assert transient == pytest.approx(6 * n / 8)
+
+
+REAL = [json.loads(line) for line in (Path(__file__).parent / "data" / "real_gpu_peaks.jsonl").read_text().splitlines()
+        if line.strip()]
+DEEPSPEED_REAL = [r for r in REAL if r["framework"] == "deepspeed"]
+
+
+@pytest.mark.parametrize("row", DEEPSPEED_REAL, ids=lambda r: r["id"])
+def test_deepspeed_real_rows_convert_the_quoted_gib_and_match_the_table(row):
+    # DeepSpeedExamples train.py format_memory: bytes / 1024**3, two decimals, labelled "GB"
+    allocated, peak = (float(x) for x in re.findall(r"([0-9.]+) GB", row["quoted"]))
+    assert row["measured_bytes"] == round(peak * 2**30)
+    assert row["allocated_after_run_bytes"] == round(allocated * 2**30)
+    assert row["training"]["framework"] == "deepspeed" and row["training"]["zero_stage"] == 3
+    assert row["run_config"]["reduce_bucket_size"] == 5e7  # configs/baseline.json, not the default 5e8
+
+
+def test_deepspeed_resting_zero3_states_match_the_published_allocated_after_the_run():
+    # memory_allocated() after the last step: bf16 param + bf16 grad partitions, fp32 master, AdamW states (16 B/N),
+    # the config's 5e7-element bf16 bucket, the bf16 logits still referenced by the loop, cuBLAS workspaces (64 MiB):
+    # within the quote's 0.005 GiB rounding plus 0.3%
+    assert DEEPSPEED_REAL
+    for row in DEEPSPEED_REAL:
+        model = ModelSpec(**row["model_spec"])
+        dp, b = row["dp"], row["micro_batch"]
+        states = predict_memory(model, TrainingSpec(**row["training"]), Parallelism(dp=dp), overhead=NO_OVERHEAD)
+        resting = states.weights_bytes + states.gradients_bytes + states.optimizer_bytes
+        assert resting == pytest.approx(16 * model.parameter_count() / dp, abs=8)
+        expected = resting + 5e7 * BF16 + b * 512 * 50_000 * BF16 + 64 * 2**20
+        assert expected == pytest.approx(row["allocated_after_run_bytes"], rel=0.003), row["id"]
