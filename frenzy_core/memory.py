@@ -800,9 +800,8 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
         step_grads, step_transient = grads, updated_params * opt_step_temp  # foreach AdamW: one temporary per param
         if recipe.zero_fp32_grad_partition and zero >= 1 and offload == "none":
-            step_grads, step_transient = zero_step_terms(recipe, ps, zero, grads, updated_params, opt_step_temp)
-            if recipe.zero3_persistent_bucket and zero >= 3:
-                step_transient = step_transient + buckets
+            step_grads, step_transient = zero_step_terms(recipe, ps, zero, grads, updated_params, opt_step_temp,
+                                                         buckets)
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
         optimizer_step = {
             "weights": weights,
@@ -863,15 +862,19 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     return parts, best % len(_PHASES)
 
 
-def zero_step_terms(recipe: Recipe, ps: PrecisionSetup, zero: int, grads, updated_params, opt_temp):
-    """(gradients, transient) bytes at DeepSpeed ZeRO's optimizer step: the largest of its moments.
+def zero_step_terms(recipe: Recipe, ps: PrecisionSetup, zero: int, grads, updated_params, opt_temp, bucket=0.0):
+    """(gradients, transient) bytes from the end of DeepSpeed ZeRO's backward through its optimizer step: the
+    largest of its moments (`bucket`: the reduce bucket's bytes).
 
-    stage_1_and_2.py `DeepSpeedZeroOptimizer.step()`, per param group: free the gradients of the parameters outside
-    this rank's partition; `flat_grad_partition = self.flatten(averaged_gradients[i])` (a param-dtype copy of the
-    partition) and `.to(fp32)` (both alive at the cast); `del flat_grad_partition`; free the partition's gradients;
-    the optimizer steps on the fp32 gradient (plus its own temporary); `.grad = None`. stage3.py `step()`: the same
-    per sub-group of `sub_group_size` elements (`_prepare_fp32_grad_for_sub_group`, `_release_sub_group`), while
-    `grad_partitions_flat_buffer` (the partition, param dtype) stays allocated.
+    End of backward (stage_1_and_2.py `independent_gradient_partition_epilogue`): every gradient the stage keeps
+    (ZeRO-1: all of them, bf16) and the reduce bucket are alive; the epilogue releases the bucket
+    (`_release_ipg_buffers`) and the gradients outside this rank's partition (`_clear_param_grad_only`; `step()`'s
+    `free_grad_in_param_list(params_not_in_partition)` again). `step()`, per param group: `flat_grad_partition =
+    self.flatten(averaged_gradients[i])` (a param-dtype copy of the partition) and `.to(fp32)`, both alive at the
+    cast; `del flat_grad_partition`; free the partition's gradients; the optimizer steps on the fp32 gradient (plus
+    its own temporary); `.grad = None`. stage3.py `step()`: the same per sub-group of `sub_group_size` elements
+    (`_prepare_fp32_grad_for_sub_group`, `_release_sub_group`), while `grad_partitions_flat_buffer` (the partition,
+    param dtype) and the bucket (`_setup_for_real_optimizer`) stay allocated.
 
     >>> from frenzy_core.recipes import get_recipe
     >>> ds = get_recipe("deepspeed"); ps = ds.precision_setup("bf16-master")
@@ -883,9 +886,11 @@ def zero_step_terms(recipe: Recipe, ps: PrecisionSetup, zero: int, grads, update
     flatten_and_cast = chunk * (ps.grad_bytes + FP32_BYTES)  # the torch.cat copy and its fp32 cast
     in_optimizer = chunk * (FP32_BYTES + opt_temp)  # the fp32 gradient while the optimizer runs
     if zero >= 3:
-        return grads, np.maximum(flatten_and_cast, in_optimizer)
-    partition = updated_params * ps.grad_bytes  # ZeRO-1: every gradient exists until step() frees the others first
-    return partition, np.maximum(np.maximum(grads - partition, flatten_and_cast), in_optimizer - partition)
+        persistent = bucket if recipe.zero3_persistent_bucket else 0.0
+        return grads, np.maximum(flatten_and_cast, in_optimizer) + persistent
+    partition = updated_params * ps.grad_bytes  # what is left of the gradients after the epilogue
+    end_of_backward = grads - partition + bucket
+    return partition, np.maximum(np.maximum(end_of_backward, flatten_and_cast), in_optimizer - partition)
 
 
 def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int) -> dict[str, float]:
@@ -899,8 +904,11 @@ def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int)
     {'params': 2.0, 'grads': 2.0, 'master_and_states': 12.0, 'fp32_grads': 4.0, 'flatten_copy': 2.0}
     """
     recipe = get_recipe(training.framework)
-    ps = recipe.precision_setup(training.precision)
     zero = effective_zero_stage(training)
+    if not (recipe.zero_fp32_grad_partition and zero >= 1):
+        raise SpecError("zero_stage", f"DeepSpeed ZeRO's step terms need framework deepspeed and zero_stage 1, 2 or 3, "
+                                      f"got {training.framework} with zero_stage {training.zero_stage}")
+    ps = recipe.precision_setup(training.precision)
     opt_state, _ = training.optimizer_bytes(ps)
     n = float(model.parameter_count())
     weights, grads, optimizer = model_state_bytes(n, ps, opt_state, zero, dp)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from frenzy_core.errors import SpecError
 from frenzy_core.memory import NO_OVERHEAD, predict_memory, zero_model_states_at_step, zero_step_terms
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.recipes import DEEPSPEED_REDUCE_BUCKET_ELEMENTS, DEEPSPEED_SUB_GROUP_ELEMENTS, get_recipe
@@ -109,30 +110,38 @@ def test_zero3_gathered_params_and_bucket_cover_the_estimators_largest_layer():
 
 
 def test_predicted_peak_is_the_step_where_model_states_dominate():
-    # large models at small activations: the optimizer step is the peak, and the predicted peak is those states
-    # plus the flatten copy, plus ZeRO-3's persistent bucket (stage3.py _setup_for_real_optimizer)
+    # large models at small activations: the peak is ZeRO's step, i.e. those states plus the flatten copy, plus
+    # ZeRO-3's persistent bucket (stage3.py _setup_for_real_optimizer); for ZeRO-2 the end of backward (the partition
+    # and the 5e8-element bucket, before the epilogue releases it) when that is larger
     checked = 0
+    bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * BF16
     for row in _rows(2, "none") + _rows(3, "none"):
         model = ModelSpec(**row["model_spec"])
         got = predict_memory(model, _training(row), Parallelism(dp=row["dp"]), overhead=NO_OVERHEAD)
         if got.peak_phase != "optimizer-step":
             continue
-        bucket = DEEPSPEED_REDUCE_BUCKET_ELEMENTS * BF16 if row["zero_stage"] == 3 else 0
-        assert got.allocated_bytes == pytest.approx(sum(_states(row).values()) + bucket, abs=8), row["id"]
+        states = _states(row)
+        if row["zero_stage"] == 3:
+            expected = sum(states.values()) + bucket
+        else:
+            at_rest = states["params"] + states["grads"] + states["master_and_states"]
+            expected = max(sum(states.values()), at_rest + bucket)
+        assert got.allocated_bytes == pytest.approx(expected, abs=8), row["id"]
         checked += 1
     assert checked >= 15
 
 
-def test_zero1_step_starts_with_every_gradient():
-    # ZeRO-1 does not partition gradients: step() begins with all bf16 grads (2 B/param) and frees those outside
-    # the partition before the cast. Llama-3.1-8B: at d = 8 the start (2 + 2 + 12/8 = 5.5 B/param) is the larger,
-    # at d = 2 the cast (2 + 2/2 + 12/2 + (2 + 4)/2 = 12 B/param).
+def test_zero1_ends_backward_with_every_gradient_and_the_bucket():
+    # ZeRO-1 does not partition gradients: the end of backward holds all bf16 grads (2 B/param) and the 5e8-element
+    # bucket until independent_gradient_partition_epilogue releases both (but the partition). Llama-3.1-8B: at d = 8
+    # that moment (2 + 2 + 12/8 = 5.5 B/param + 1e9 B) is the larger, at d = 2 the cast (2 + 2/2 + 12/2 + (2 + 4)/2
+    # = 12 B/param).
     n = float(ZOO["llama-3.1-8b"].parameter_count())
     ps = DS.precision_setup("bf16-master")
-    for dp, per_param in ((8, 5.5), (2, 12.0)):
+    for dp, expected in ((8, 5.5 * n + 1e9), (2, 12.0 * n)):
         grads, updated = 2 * n, n / dp
-        step_grads, transient = zero_step_terms(DS, ps, 1, grads, updated, 0)
-        assert 2 * n + 12 * n / dp + step_grads + transient == pytest.approx(per_param * n)
+        step_grads, transient = zero_step_terms(DS, ps, 1, grads, updated, 0, bucket=1e9)
+        assert 2 * n + 12 * n / dp + step_grads + transient == pytest.approx(expected)
 
 
 def test_zero12_start_backward_without_gradients_but_zero3_keeps_its_partition():
@@ -190,3 +199,16 @@ def test_deepspeed_resting_zero3_states_match_the_published_allocated_after_the_
         assert resting == pytest.approx(16 * model.parameter_count() / dp, abs=8)
         expected = resting + 5e7 * BF16 + b * 512 * 50_000 * BF16 + 64 * 2**20
         assert expected == pytest.approx(row["allocated_after_run_bytes"], rel=0.003), row["id"]
+
+
+def test_other_recipes_keep_the_plain_step_and_zero_states_ask_for_deepspeed():
+    # the ZeRO step terms are DeepSpeed's alone: pytorch's ZeRO-2 step is states + the foreach temporary (4 B/param)
+    model, n = ZOO["llama-3.1-8b"], float(ZOO["llama-3.1-8b"].parameter_count())
+    training = TrainingSpec(framework="pytorch", precision="bf16-master", zero_stage=2, seq_len=16, global_batch=8)
+    got = predict_memory(model, training, Parallelism(dp=8), overhead=NO_OVERHEAD)
+    assert got.peak_phase == "optimizer-step"
+    assert got.total_bytes == pytest.approx(2 * n + 4 * n / 8 + 12 * n / 8 + 4 * n / 8, abs=8)
+    for framework, zero in (("pytorch", 2), ("deepspeed", 0)):
+        with pytest.raises(SpecError) as err:
+            zero_model_states_at_step(model, TrainingSpec(framework=framework, zero_stage=zero), 8)
+        assert err.value.field == "zero_stage"
