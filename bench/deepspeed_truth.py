@@ -15,13 +15,16 @@ tensor, so here by identity: the same rule for real tensors); `largest_layer_par
 `stage3.model_to_params(model)[1]`: the most parameters any single module holds directly (`recurse=False`).
 
     DS_BUILD_OPS=0 pip install deepspeed   # imports on a CPU-only machine (accelerator "cpu")
-    python bench/deepspeed_truth.py --mirror /work/.mirror/deepspeedai+DeepSpeed/repo
+    python bench/deepspeed_truth.py        # re-evaluate and compare with the fixture (no deepspeed: say so, exit 0)
+    python bench/deepspeed_truth.py --write --mirror /work/.mirror/deepspeedai+DeepSpeed/repo \
+        --real-gpu tests/data/real_gpu_peaks.jsonl
 
-`--real-gpu tests/data/real_gpu_peaks.jsonl` also (re)writes, at the end of that file, the rows DeepSpeed itself
-published as real-GPU peaks (DEEPSPEED_EXAMPLES_TABLE below, transcribed with file, table and row), replacing any
-earlier `framework: "deepspeed"` rows and leaving every other row as it is; the split is real_gpu_peaks.split_of.
+`--write` rewrites the fixture. `--real-gpu tests/data/real_gpu_peaks.jsonl` (with --write) also rewrites, at the end
+of that file, the rows DeepSpeed itself published as real-GPU peaks (DEEPSPEED_EXAMPLES_TABLE below, transcribed
+with file, table and row), replacing any earlier `framework: "deepspeed"` rows and leaving every other row as it
+is; the split is real_gpu_peaks.split_of.
 
-The last line printed is a JSON object with the row counts and the version.
+The last line printed is a JSON object with the row counts, the version and whether the fixture was reproduced.
 """
 
 from __future__ import annotations
@@ -222,12 +225,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirror", type=Path, default=None, help="bare git mirror of deepspeedai/DeepSpeed")
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--real-gpu", type=Path, default=None, help="real_gpu_peaks.jsonl to append the DeepSpeed rows to")
+    parser.add_argument("--write", action="store_true", help="rewrite the fixture (default: compare with it)")
+    parser.add_argument("--real-gpu", type=Path, default=None, help="with --write: real_gpu_peaks.jsonl to append to")
     args = parser.parse_args(argv)
-    real = write_real_gpu_rows(args.real_gpu) if args.real_gpu else []
+    fixture = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()] if (
+        args.out.exists()) else []
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError:
+        print("deepspeed is not installed (DS_BUILD_OPS=0 pip install deepspeed): nothing re-evaluated", file=sys.stderr)
+        print(json.dumps({"deepspeed_installed": False, "fixture_rows": len(fixture)}))
+        return 0
     table = rows(args.mirror)
-    args.out.write_text("".join(json.dumps(r) + "\n" for r in table))
-    print(json.dumps({"rows": len(table), "real_gpu_rows": len(real),
+    real = write_real_gpu_rows(args.real_gpu) if args.write and args.real_gpu else []
+    if args.write:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in table))
+    stored = {r["id"]: r["result"] for r in fixture}
+    reproduced = sum(stored.get(r["id"]) == r["result"] for r in table)
+    print(json.dumps({"deepspeed_installed": True, "rows": len(table), "fixture_rows_reproduced": reproduced,
+                      "real_gpu_rows_written": len(real),
                       "real_gpu_heldout": sum(r["split"] == "heldout" for r in real),
                       "deepspeed_version": table[0]["deepspeed_version"],
                       "zero2_rows": sum(r["zero_stage"] == 2 for r in table),
