@@ -12,6 +12,9 @@ Three truths, one per kind of recipe (frenzy_core.recipes), each reported on its
   mechanism, not by error) are reported apart. Targets: median |err| <= 5%, no under-prediction worse than -10%.
 * `hf` vs tests/data/hf_traces.jsonl: fake-tensor traces of the real transformers models; targets: median
   |err| <= 3%, worst under >= -5%.
+* `deepspeed` vs tests/data/deepspeed_estimates.jsonl (DeepSpeed's own ZeRO model-state estimators, written by
+  bench/deepspeed_truth.py) and vs the real-GPU rows DeepSpeed published (DeepSpeedExamples), in the fixture above;
+  their "allocated after the run" figures check the resting ZeRO-3 model states.
 
 The traces come from frenzy_core.tracer: two real training steps per configuration under fake tensors, live storages
 counted in 512-byte blocks, i.e. what torch.cuda.max_memory_allocated() would report on one GPU. The tracer cannot
@@ -31,14 +34,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from frenzy_core.errors import SpecError  # noqa: E402
-from frenzy_core.memory import NO_OVERHEAD, predict_memory  # noqa: E402
+from frenzy_core.memory import (  # noqa: E402
+    DEFAULT_OVERHEAD,
+    NO_OVERHEAD,
+    model_state_bytes,
+    predict_memory,
+    zero_model_states_at_step,
+)
 from frenzy_core.models import ZOO, ModelSpec  # noqa: E402
+from frenzy_core.recipes import get_recipe  # noqa: E402
 from frenzy_core.training import Parallelism, TrainingSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "data" / "memory_traced.json"
 REAL_GPU_FIXTURE = REPO / "tests" / "data" / "real_gpu_peaks.jsonl"
 HF_FIXTURE = REPO / "tests" / "data" / "hf_traces.jsonl"
+DEEPSPEED_FIXTURE = REPO / "tests" / "data" / "deepspeed_estimates.jsonl"
 TARGET_MEDIAN_ABS_ERR = 0.03
 TARGET_WORST_UNDER = -0.05
 TARGET_PYTORCH_ABS_ERR = 0.005  # pytorch recipe vs our tracer
@@ -56,6 +67,10 @@ FEATURES_NOT_MODELLED = (
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "num-distributed-optimizer-instances",  # replicated distributed-optimizer instances
     "force-recompute-fp8-weight-in-bwd",
+    # DeepSpeed runs (bench/deepspeed_truth.py DSX_FEATURES): non-default buckets / persistence, torch's
+    # nn.MultiheadAttention with need_weights, a bf16 loss on kept logits, a peak window that includes initialize
+    "reduce-bucket-size", "stage3-param-persistence-threshold", "torch-mha-need-weights", "bf16-loss-on-kept-logits",
+    "peak-includes-initialize",
 )
 EXPERT_TP_FEATURE = "expert-tensor-parallel-size="  # Megatron --expert-tensor-parallel-size: Parallelism.etp
 GROUPED_GEMM_FEATURE = "moe-grouped-gemm=True"  # Megatron --moe-grouped-gemm: TrainingSpec.moe_grouped_gemm
@@ -257,6 +272,89 @@ def framework_summary(rows: list[dict]) -> dict:
     return {fw: {k: _errors(v) for k, v in sorted(splits.items())} for fw, splits in sorted(result.items())}
 
 
+# --- deepspeed: its own estimators, and the resting states of its published runs ------------------------------------
+def compare_deepspeed_estimators(rows: list[dict]) -> list[dict]:
+    """The deepspeed recipe's model states at ZeRO's step vs DeepSpeed's estimators (tests/data/deepspeed_estimates).
+
+    `err`: ours / estimator - 1, ours in the estimators' categories (params, grads, fp32 master + Adam, fp32 grads;
+    torch.cat's flatten copy set aside) and the estimator without its 4 x largest-layer term (the gathered layer,
+    which the recipe counts as a transient). `err_named`: the same after the differences the runtime code explains
+    (ZeRO-3: + the bf16 param partition the 18/N omits, - the fp32 gradient beyond one 1e9-element sub-group).
+    """
+    sub_group = get_recipe("deepspeed").sub_group_elements
+    out = []
+    for row in rows:
+        training = TrainingSpec(framework="deepspeed", precision="bf16-master", optimizer="adamw-fused",
+                                zero_stage=row["zero_stage"], offload=row["offload"])
+        states = zero_model_states_at_step(ModelSpec(**row["model_spec"]), training, row["dp"])
+        ours = sum(states.values()) - states["flatten_copy"]
+        estimator = row["result"]["gpu_mem_bytes"] - row["result"].get("largest_layer_memory_bytes", 0)
+        partition = row["arguments"]["total_params"] / row["dp"]
+        named = 0.0
+        if row["zero_stage"] == 3 and row["offload"] == "none":
+            named = 2 * partition - 4 * (partition - min(partition, sub_group))
+        out.append({"id": row["id"], "group": f"zero{row['zero_stage']}-offload-{row['offload']}",
+                    "ours": ours, "estimator": estimator, "err": _relative(ours, estimator),
+                    "err_named": _relative(ours - named, estimator)})
+    return out
+
+
+def _relative(value: float, truth: float) -> float:
+    """value / truth - 1; two zeros (parameter offload leaves no model state on the GPU) agree exactly."""
+    if truth:
+        return value / truth - 1
+    return 0.0 if abs(value) < 1 else float("inf")
+
+
+def deepspeed_estimator_summary(rows: list[dict]) -> dict:
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    return {g: {"rows": len(rs), "median_abs_err": round(statistics.median(abs(r["err"]) for r in rs), 5),
+                "max_abs_err_after_named": round(max(abs(r["err_named"]) for r in rs), 7)}
+            for g, rs in sorted(groups.items())}
+
+
+def deepspeed_resting_states(rows: list[dict]) -> list[dict]:
+    """ZeRO-3 model states at rest (bf16 param + bf16 grad partitions, fp32 master, Adam: the recipe's weights,
+    gradients and optimizer bytes) plus the run's own bucket and kept bf16 logits and the default workspaces, vs
+    torch.cuda.memory_allocated() after the last step of each published DeepSpeed run that reports it."""
+    out = []
+    for row in rows:
+        if row["framework"] != "deepspeed" or "allocated_after_run_bytes" not in row:
+            continue
+        model, training, par = _row_specs(row)
+        recipe = get_recipe("deepspeed")
+        ps = recipe.precision_setup(training.precision)
+        opt_state, _ = training.optimizer_bytes(ps)
+        states = sum(model_state_bytes(model.parameter_count(), ps, opt_state, training.zero_stage, par.dp))
+        cfg = row["run_config"]
+        bucket = cfg["reduce_bucket_size"] * ps.param_bytes  # stage3.py: allocated once, alive after the step
+        logits = training.micro_batch * training.seq_len * cfg["vocab_size"] * cfg["logits_kept_dtype_bytes"]
+        predicted = states + bucket + logits + DEFAULT_OVERHEAD.workspace_bytes
+        out.append({"id": row["id"], "split": row["split"], "measured": row["allocated_after_run_bytes"],
+                    "predicted": predicted, "err": predicted / row["allocated_after_run_bytes"] - 1})
+    return out
+
+
+def deepspeed_real_gpu(rows: list[dict], compared: list[dict]) -> list[dict]:
+    """Each published DeepSpeed peak: the recipe's error as is, and with the run's own reduce_bucket_size in place of
+    the default (ZeRO-3 holds its bucket in every phase, stage3.py _setup_for_real_optimizer: the swap is exact)."""
+    recipe = get_recipe("deepspeed")
+    by_id = {r["id"]: r for r in rows}
+    out = []
+    for c in compared:
+        row = by_id[c["id"]]
+        if row["framework"] != "deepspeed" or "err" not in c:
+            continue
+        model, training, _ = _row_specs(row)
+        ps = recipe.precision_setup(training.precision)
+        bucket = row.get("run_config", {}).get("reduce_bucket_size", recipe.reduce_bucket_elements)
+        swap = (recipe.reduce_bucket_elements - bucket) * ps.param_bytes if training.zero_stage >= 3 else 0
+        out.append({**c, "err_run_bucket": (c["predicted"] - swap) / c["measured"] - 1})
+    return out
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
@@ -322,6 +420,32 @@ def main(argv: list[str] | None = None) -> int:
                       f"worst under {st['worst_under']:+7.2%}  worst over {st['worst_over']:+7.2%}")
     result["frameworks"] = frameworks
     result["real_gpu_skipped"] = sum(1 for r in real if "skipped" in r)
+    estimates = compare_deepspeed_estimators(_read_jsonl(DEEPSPEED_FIXTURE))
+    resting = deepspeed_resting_states(_read_jsonl(args.real_gpu))
+    print(f"\ndeepspeed recipe vs DeepSpeed's own estimators ({DEEPSPEED_FIXTURE.name}): model states at ZeRO's step")
+    ds_estimators = deepspeed_estimator_summary(estimates) if estimates else {}
+    for group, st in ds_estimators.items():
+        print(f"  {group:24s} rows {st['rows']:3d}  median |err| {st['median_abs_err']:7.2%}  "
+              f"max |err| after the named differences {st['max_abs_err_after_named']:.1e}")
+    ds_real = deepspeed_real_gpu(_read_jsonl(args.real_gpu), real)
+    print("deepspeed recipe vs the peaks DeepSpeed published (max_memory_allocated; every row has unmodelled features)")
+    for r in ds_real:
+        print(f"  {r['id']:58s} {r['split']:11s} {r['measured'] / 2**30:7.2f} GiB  predicted "
+              f"{r['predicted'] / 2**30:7.2f}  {r['err']:+7.2%}  with the run's bucket {r['err_run_bucket']:+7.2%}")
+    print("deepspeed resting ZeRO-3 states vs memory_allocated() after the run (published DeepSpeed runs)")
+    for r in resting:
+        print(f"  {r['id']:58s} {r['split']:11s} {r['measured'] / 2**30:7.2f} GiB  predicted "
+              f"{r['predicted'] / 2**30:7.2f}  {r['err']:+7.2%}")
+    result["deepspeed"] = {
+        "estimators": ds_estimators,
+        "real_gpu": frameworks.get("deepspeed", {}),
+        "real_gpu_rows": {r["id"].split(":")[2]: {"split": r["split"], "err": round(r["err"], 5),
+                                                   "err_run_bucket": round(r["err_run_bucket"], 5)} for r in ds_real},
+        "resting_states": {"rows": len(resting),
+                           "median_abs_err": round(statistics.median(abs(r["err"]) for r in resting), 5)
+                           if resting else None,
+                           "worst_under": round(min(r["err"] for r in resting), 5) if resting else None},
+    }
     print(json.dumps(result))
     return 0
 

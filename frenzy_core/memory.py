@@ -881,20 +881,28 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
 
         # the params this GPU's optimizer updates
         updated_params = params / shard + expert_params / expert_shard if shard_optimizer >= 1 else params + expert_params
+        # DeepSpeed's contiguous gradient bucket, allocated in backward() (stage_1_and_2.py / stage3.py)
+        buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
+        step_grads, step_transient = grads, updated_params * opt_step_temp  # foreach AdamW: one temporary per param
+        if recipe.zero_fp32_grad_partition and zero >= 1 and offload == "none":
+            step_grads, step_transient = zero_step_terms(recipe, ps, zero, grads, updated_params, opt_step_temp,
+                                                         buckets)
         # Optimizer step (docs/memory.md "The peak moves"): all gradients, all states, the foreach temporary.
         optimizer_step = {
             "weights": weights,
-            "gradients": grads,
+            "gradients": step_grads,
             "optimizer": optimizer,
             "activations": 0.0 * acts,
             "logits": 0.0 * acts,
-            "transient": updated_params * opt_step_temp,  # foreach AdamW: one temporary per updated param
-            "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads),
+            "transient": step_transient,
+            "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, step_grads),
         }
         # Start of backward, step >= 2: Adam states exist; gradients exist if they persist (Megatron's fp32
         # main-grad buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if
         # the recipe says so (grads_alive_at_peak; FSDP2's shards are freed by zero_grad, their blocks stay reserved).
         grads_persist = ps.master_bytes > 0 or recipe.grads_alive_at_peak
+        if recipe.zero12_grads_freed_in_step and zero in (1, 2):
+            grads_persist = False  # DeepSpeed ZeRO-1/2: step() freed them; only earlier micro-batches' remain
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
             model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et
@@ -909,8 +917,6 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             # (is_first_microbatch, Megatron passes it): 2 B per linear parameter on the stage
             linears = castable - np.where(last, V * h / t, 0.0)
             copies_at_loss = copies_at_loss + linears * 2 * FP8_BYTES
-        # DeepSpeed's contiguous gradient bucket, allocated in backward() (stage_1_and_2.py / stage3.py)
-        buckets = recipe.reduce_bucket_elements * ps.param_bytes if zero >= 1 else 0.0
         backward_start = {
             "weights": weights,
             "gradients": grads_alive,
@@ -944,6 +950,66 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         for k in (*_COMPONENTS, "stream_pools")
     }
     return parts, best % len(_PHASES)
+
+
+def zero_step_terms(recipe: Recipe, ps: PrecisionSetup, zero: int, grads, updated_params, opt_temp, bucket=0.0):
+    """(gradients, transient) bytes from the end of DeepSpeed ZeRO's backward through its optimizer step: the
+    largest of its moments (`bucket`: the reduce bucket's bytes).
+
+    End of backward (stage_1_and_2.py `independent_gradient_partition_epilogue`): every gradient the stage keeps
+    (ZeRO-1: all of them, bf16) and the reduce bucket are alive; the epilogue releases the bucket
+    (`_release_ipg_buffers`) and the gradients outside this rank's partition (`_clear_param_grad_only`; `step()`'s
+    `free_grad_in_param_list(params_not_in_partition)` again). `step()`, per param group: `flat_grad_partition =
+    self.flatten(averaged_gradients[i])` (a param-dtype copy of the partition) and `.to(fp32)`, both alive at the
+    cast; `del flat_grad_partition`; free the partition's gradients; the optimizer steps on the fp32 gradient (plus
+    its own temporary); `.grad = None`. stage3.py `step()`: the same per sub-group of `sub_group_size` elements
+    (`_prepare_fp32_grad_for_sub_group`, `_release_sub_group`), while `grad_partitions_flat_buffer` (the partition,
+    param dtype) and the bucket (`_setup_for_real_optimizer`) stay allocated.
+
+    >>> from frenzy_core.recipes import get_recipe
+    >>> ds = get_recipe("deepspeed"); ps = ds.precision_setup("bf16-master")
+    >>> [float(x) for x in zero_step_terms(ds, ps, 2, 200.0, 100.0, 0)]  # ZeRO-2: 2 B + (2 + 4) B per element
+    [200.0, 600.0]
+    """
+    chunk = np.minimum(updated_params, recipe.sub_group_elements) if zero >= 3 and recipe.sub_group_elements else (
+        updated_params)
+    flatten_and_cast = chunk * (ps.grad_bytes + FP32_BYTES)  # the torch.cat copy and its fp32 cast
+    in_optimizer = chunk * (FP32_BYTES + opt_temp)  # the fp32 gradient while the optimizer runs
+    if zero >= 3:
+        persistent = bucket if recipe.zero3_persistent_bucket else 0.0
+        return grads, np.maximum(flatten_and_cast, in_optimizer) + persistent
+    partition = updated_params * ps.grad_bytes  # what is left of the gradients after the epilogue
+    end_of_backward = grads - partition + bucket
+    return partition, np.maximum(np.maximum(end_of_backward, flatten_and_cast), in_optimizer - partition)
+
+
+def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int) -> dict[str, float]:
+    """Per-GPU bytes of the model states at DeepSpeed ZeRO's optimizer step (t = p = 1), term by term, in the
+    categories of DeepSpeed's estimators (bench/deepspeed_truth.py), at the moment of the fp32 cast in
+    `zero_step_terms` (ZeRO-1's step starts earlier with every gradient, which that function also weighs).
+
+    >>> from frenzy_core.models import ZOO
+    >>> got = zero_model_states_at_step(ZOO["gpt2"], TrainingSpec(framework="deepspeed", zero_stage=2), 1)
+    >>> {k: v / ZOO["gpt2"].parameter_count() for k, v in got.items()}  # 2 + 18 B/param and torch.cat's copy
+    {'params': 2.0, 'grads': 2.0, 'master_and_states': 12.0, 'fp32_grads': 4.0, 'flatten_copy': 2.0}
+    """
+    recipe = get_recipe(training.framework)
+    zero = effective_zero_stage(training)
+    if not (recipe.zero_fp32_grad_partition and zero >= 1):
+        raise SpecError("zero_stage", f"DeepSpeed ZeRO's step terms need framework deepspeed and zero_stage 1, 2 or 3, "
+                                      f"got {training.framework} with zero_stage {training.zero_stage}")
+    ps = recipe.precision_setup(training.precision)
+    opt_state, _ = training.optimizer_bytes(ps)
+    n = float(model.parameter_count())
+    weights, grads, optimizer = model_state_bytes(n, ps, opt_state, zero, dp)
+    if training.offload != "none":  # master, states and gradients on the CPU; "params": the partition too
+        return {"params": 0.0 if training.offload == "params" else float(weights), "grads": 0.0,
+                "master_and_states": 0.0, "fp32_grads": 0.0, "flatten_copy": 0.0}
+    updated = n / dp if zero >= 1 else n
+    chunk = min(updated, recipe.sub_group_elements) if zero >= 3 and recipe.sub_group_elements else updated
+    partition = grads if zero >= 3 else updated * ps.grad_bytes  # ZeRO-1/2 freed the other gradients first
+    return {"params": float(weights), "grads": float(partition), "master_and_states": float(optimizer),
+            "fp32_grads": float(chunk * FP32_BYTES), "flatten_copy": float(chunk * ps.grad_bytes)}
 
 
 def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:

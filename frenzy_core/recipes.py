@@ -31,6 +31,7 @@ MEGATRON_VOCAB_PARALLEL_CE_BYTES = FP32_BYTES + BF16_BYTES  # = 6
 # --- DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig) -------------------------------
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size = 5e8
 DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters = 1e9
+DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000  # sub_group_size = 1e9: ZeRO-3 steps the optimizer one sub-group at a time
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,12 @@ class Recipe:
     # Megatron-Core MoE (megatron/core/transformer/moe at d98e8a64; docs/memory.md "MoE (Megatron)"):
     moe_probs_in_experts: bool = False  # experts scale their activation by the routing prob; unpermute gets no probs
     moe_allgather_dispatcher: bool = False  # MoEAllGatherTokenDispatcher: global gather buffer, per-layer local maps
+    # DeepSpeed ZeRO's step flattens this rank's gradient partition (a param-dtype copy) and casts it to fp32 for the
+    # optimizer (stage_1_and_2.py step(); stage3.py _prepare_fp32_grad_for_sub_group)
+    zero_fp32_grad_partition: bool = False
+    zero12_grads_freed_in_step: bool = False  # ZeRO-1/2 free every gradient in step(): a new step starts with none
+    zero3_persistent_bucket: bool = False  # ZeRO-3 allocates its gradient bucket once, alive through the step too
+    sub_group_elements: int = 0  # ZeRO-3 casts and steps this many elements of the partition at a time (0: all)
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -181,6 +188,19 @@ RECIPES: dict[str, Recipe] = {
         reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
         # stage3.py / partitioned_param_coordinator.py: gathered params kept up to stage3_max_live_parameters
         max_live_parameters=DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS,
+        # stage_1_and_2.py step(): flat_grad_partition = self.flatten(averaged_gradients[i]) (param dtype), then
+        # single_grad_partition = flat_grad_partition.to(fp32), `del flat_grad_partition`, optimizer step, `.grad = None`;
+        # stage3.py _prepare_fp32_grad_for_sub_group: the same per sub-group (the estimators' "4_grads_32bit")
+        zero_fp32_grad_partition=True,
+        # stage_1_and_2.py step(): free_grad_in_param_list(params_not_in_partition / params_in_partition) and
+        # averaged_gradients[i] = None; independent_gradient_partition_epilogue -> _release_ipg_buffers drops
+        # grads_in_partition. stage3.py keeps grad_partitions_flat_buffer (param dtype, allocated once) instead.
+        zero12_grads_freed_in_step=True,
+        # stage3.py _setup_for_real_optimizer: bucket.buffer = torch.empty(reduce_bucket_size, dtype) once; ZeRO-1/2
+        # allocate theirs per backward (setup_buckets) and release it at the end of backward (_release_ipg_buffers)
+        zero3_persistent_bucket=True,
+        # stage3.py step(): for each sub_group: _prepare_sub_group (fp32 grad), _optimizer_step, _release_sub_group
+        sub_group_elements=DEEPSPEED_SUB_GROUP_ELEMENTS,
     ),
 }
 
