@@ -222,6 +222,29 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _reaped(procs: Sequence[multiprocessing.process.BaseProcess], timeout_s: float) -> bool:
+    """Whether every process has exited (and been reaped) within `timeout_s`. Polls `is_alive()`, a non-blocking
+    waitpid, instead of `join(timeout)`: the executor's manager thread also watches the workers' sentinels, and
+    join() can return at once with the worker still running."""
+    deadline = time.monotonic() + timeout_s
+    while any(proc.is_alive() for proc in procs):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _stop_workers(procs: Sequence[multiprocessing.process.BaseProcess], timeout_s: float = 10.0) -> None:
+    """SIGTERM each worker, SIGKILL any still alive after `timeout_s` (a worker still starting up), then reap."""
+    for proc in procs:
+        proc.terminate()
+    if not _reaped(procs, timeout_s):
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+        _reaped(procs, timeout_s)
+
+
 def _run_pool(grid: Grid, runs: Sequence[Run], workers: int, progress: Progress | None) -> list[dict[str, Any]]:
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_ignore_sigint)
@@ -242,13 +265,7 @@ def _run_pool(grid: Grid, runs: Sequence[Run], workers: int, progress: Progress 
         # terminate_workers() for this.
         procs = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.join(timeout=10)
-            if proc.is_alive():  # SIGTERM not honoured in time (a worker still starting up): no survivors
-                proc.kill()
-                proc.join(timeout=10)
+        _stop_workers(procs)
         raise
     pool.shutdown(wait=True)
     return rows  # type: ignore[return-value]
