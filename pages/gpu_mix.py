@@ -190,8 +190,9 @@ def frontier_spec(result) -> dict:
     front = sorted((r for r in rows if r["on_frontier"]), key=lambda r: r["cost"])
     budget_x = result.row(TODAY).cost_per_hour + result.budget_per_hour
     x = {"field": "cost", "type": "quantitative", "title": f"cluster cost ($/h, {result.pricing})",
-         "scale": {"zero": False, "nice": True}}
-    y = {"field": "jct_h", "type": "quantitative", "title": "average JCT (h), 95% CI", "scale": {"zero": False}}
+         "scale": {"zero": False, "nice": True, "padding": 30}}  # room for the names at the edges
+    y = {"field": "jct_h", "type": "quantitative", "title": "average JCT (h), 95% CI",
+         "scale": {"zero": False, "padding": 20}}
     tooltip = [{"field": "candidate"}, {"field": "GPUs"}, {"field": "cost", "title": "cost $/h", "format": ",.2f"},
                {"field": "added_cost", "title": "added $/h", "format": ",.2f"},
                {"field": "jct_h", "title": "avg JCT h", "format": ".2f"},

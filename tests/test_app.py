@@ -214,12 +214,8 @@ def test_submitting_by_model_places_then_release_frees(app):
 
 
 # --- Simulation -------------------------------------------------------------------------------------------------
-def test_small_simulation_runs_and_its_table_appears(app):
-    open_page(app, "pages/simulation.py")
-    app.number_input(key="sim_limit").set_value(40)
-    app.number_input(key="sim_seeds").set_value(2)
-    app.button(key="sim_run").click().run()
-    no_failure(app)
+def test_small_simulation_runs_and_its_table_appears(sim):
+    app = sim
     results = app.session_state.sim_results
     assert set(results) == {"frenzy", "frenzy-eft", "fcfs"}
     summary = next(d.value for d in app.dataframe if "policy" in d.value.columns and "avg JCT h" in d.value.columns)
@@ -385,12 +381,18 @@ def test_trace_in_the_wrong_format_shows_error(app):
 
 
 # --- GPU mix what-if ----------------------------------------------------------------------------------------------
-def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
+def run_whatif_page(app: AppTest, seeds: int) -> AppTest:
+    """The GPU mix page after a what-if of the default candidates on 40 jobs."""
     open_page(app, "pages/gpu_mix.py")
     app.number_input(key="wi_limit").set_value(40)
-    app.number_input(key="wi_seeds").set_value(1)
+    app.number_input(key="wi_seeds").set_value(seeds)
     app.button(key="wi_run").click().run()
     no_failure(app)
+    return app
+
+
+def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
+    run_whatif_page(app, seeds=1)
     table = app.session_state.wi_results
     assert list(table["candidate"]) == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
     assert table["on frontier"].any()
@@ -399,11 +401,7 @@ def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
 
 
 def test_frontier_chart_holds_each_candidate_its_ci_the_frontier_and_the_budget(app):
-    open_page(app, "pages/gpu_mix.py")
-    app.number_input(key="wi_limit").set_value(40)
-    app.number_input(key="wi_seeds").set_value(2)
-    app.button(key="wi_run").click().run()
-    no_failure(app)
+    run_whatif_page(app, seeds=2)
     result = app.session_state.wi_whatif
     spec = charts(app)["wi_frontier"]
     layers = {(layer["mark"]["type"], i): layer for i, layer in enumerate(spec["layer"])}
