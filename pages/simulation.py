@@ -108,6 +108,7 @@ def policy_colour(names: list[str], show_legend: bool = True) -> dict:
 
 
 def chart(title: str, height: int, layers: list[dict]) -> dict:
+    """A layered Vega-Lite spec with its title at the left; each layer carries its own inline data."""
     return {"title": {"text": title, "anchor": "start"}, "height": height, "layer": layers}
 
 
@@ -158,7 +159,7 @@ def cdf_spec(results: dict) -> dict:
 
 def jct_bars_spec(results: dict) -> dict:
     """Average and p99 JCT per policy (means over seeds, hours) side by side, each with its 95% CI as an error bar
-    (no bar without an interval: one seed)."""
+    (none with one seed: there is no interval)."""
     rows = []
     for metric, label in (("avg_jct_s", "average"), ("p99_jct_s", "p99")):
         for name, res in results.items():
