@@ -216,17 +216,18 @@ def frontier_spec(result) -> dict:
                                      "scale": {"domain": ["frontier"], "range": [[6, 4]]},
                                      "legend": {"orient": "bottom", "symbolType": "stroke", "symbolSize": 400,
                                                 "symbolStrokeWidth": 2}}}},
+        # the name above each point, over a white halo that hides grid and frontier lines (the CIs and points
+        # are drawn after it, on top)
+        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12, "stroke": "white",
+                                            "strokeWidth": 4, "strokeOpacity": 0.9}, "encoding": label},
+        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12},
+         "encoding": {**label, "color": kinds}},  # the same legend as the points (Vega-Lite merges them)
         {"data": {"values": [r for r in rows if r["ci_low_h"] is not None and r["ci_high_h"] is not None]},
          "mark": {"type": "rule", "strokeWidth": 1.5},
          "encoding": {"x": x, "y": {"field": "ci_low_h", "type": "quantitative"}, "y2": {"field": "ci_high_h"},
                       "color": kinds, "tooltip": tooltip}},
         {"data": {"values": rows}, "mark": {"type": "point", "filled": True, "size": 140},
          "encoding": {"x": x, "y": y, "color": kinds, "shape": shapes, "tooltip": tooltip}},
-        # the name above each point, over a white halo so that it stays readable where it crosses a line or a point
-        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12, "stroke": "white",
-                                            "strokeWidth": 4, "strokeOpacity": 0.9}, "encoding": label},
-        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12},
-         "encoding": {**label, "color": {**kinds, "legend": None}}},
     ]}
 
 
