@@ -8,9 +8,12 @@ same handler; these tests drive that.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -211,17 +214,147 @@ def test_submitting_by_model_places_then_release_frees(app):
 
 
 # --- Simulation -------------------------------------------------------------------------------------------------
-def test_small_simulation_runs_and_its_table_appears(app):
-    open_page(app, "pages/simulation.py")
-    app.number_input(key="sim_limit").set_value(40)
-    app.number_input(key="sim_seeds").set_value(2)
-    app.button(key="sim_run").click().run()
-    no_failure(app)
+def test_small_simulation_runs_and_its_table_appears(sim):
+    app = sim
     results = app.session_state.sim_results
     assert set(results) == {"frenzy", "frenzy-eft", "fcfs"}
     summary = next(d.value for d in app.dataframe if "policy" in d.value.columns and "avg JCT h" in d.value.columns)
     assert list(summary["policy"]) == ["frenzy", "frenzy-eft", "fcfs"]
     assert any(b.label.startswith("Download per-job") for b in app.get("download_button"))
+
+
+# --- the Vega-Lite charts carry the core's numbers (issue 11: no Plotly) -----------------------------------------
+HOUR = 3600.0
+
+
+def charts(at: AppTest) -> dict[str, dict]:
+    """Each Vega-Lite chart on the page by its spec's name (the pages name a spec after its widget key, which the
+    element does not carry): the spec as sent to the browser (NaN or Infinity in it fails, as JSON.parse would)."""
+    def no_nan(token: str):
+        raise AssertionError(f"{token} in a chart spec")
+
+    specs = [json.loads(c.proto.spec, parse_constant=no_nan) for c in at.get("vega_lite_chart")]
+    return {s["name"]: s for s in specs}
+
+
+def rows(spec: dict, layer: int = 0) -> list[dict]:
+    return spec["layer"][layer]["data"]["values"]
+
+
+def t_interval(values) -> tuple[float, float, float]:
+    """(mean, low, high): the 95% Student-t interval, low clipped at 0, worked out here from the per-seed values."""
+    x = np.asarray(values, dtype=float)
+    half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean()), max(float(x.mean() - half), 0.0), float(x.mean() + half)
+
+
+def finite_jct_s(r) -> np.ndarray:
+    jct = np.asarray(r.jobs["jct_s"], dtype=float)
+    return jct[np.isfinite(jct)]
+
+
+@pytest.fixture
+def sim(app) -> AppTest:
+    """The Simulation page after a 40-job, 2-seed run (the result store makes reruns of it instant)."""
+    open_page(app, "pages/simulation.py")
+    app.number_input(key="sim_limit").set_value(40)
+    app.number_input(key="sim_seeds").set_value(2)
+    app.button(key="sim_run").click().run()
+    no_failure(app)
+    return app
+
+
+def test_arrivals_histogram_holds_every_trace_arrival_in_hours(app):
+    open_page(app, "pages/simulation.py")
+    spec = charts(app)["sim_arrivals"]
+    arrivals = sorted(j.arrival_s / HOUR for j in app.session_state.sim_trace.jobs)
+    assert sorted(r["arrival_h"] for r in rows(spec)) == pytest.approx(arrivals) and len(arrivals) == 200
+    enc = spec["layer"][0]["encoding"]
+    assert enc["x"]["bin"] == {"maxbins": 40} and enc["y"]["aggregate"] == "count"
+
+
+def test_cdf_points_are_the_sorted_jcts_of_all_seeds(sim):
+    spec = charts(sim)["sim_cdf"]
+    assert spec["layer"][0]["encoding"]["x"]["scale"] == {"type": "log"}
+    for name, res in sim.session_state.sim_results.items():
+        jct_h = np.sort(np.concatenate([finite_jct_s(r) for r in res.results])) / HOUR
+        pts = [r for r in rows(spec) if r["policy"] == name]
+        assert [p["hours"] for p in pts] == pytest.approx(list(jct_h))
+        assert [p["fraction"] for p in pts] == pytest.approx([(i + 1) / jct_h.size for i in range(jct_h.size)])
+    colour = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert colour["domain"] == ["frenzy", "frenzy-eft", "fcfs"] and colour["range"] == ["#1565c0", "#6a1b9a",
+                                                                                          "#ef6c00"]
+
+
+def test_jct_bars_are_the_seed_means_with_their_t_intervals(sim):
+    spec = charts(sim)["sim_jct_bars"]
+    bars, errors_ = rows(spec, 0), rows(spec, 1)
+    for name, res in sim.session_state.sim_results.items():
+        per_seed = {"average": [finite_jct_s(r).mean() for r in res.results],
+                    "p99": [np.percentile(finite_jct_s(r), 99) for r in res.results]}
+        for label, values in per_seed.items():
+            mean, lo, hi = (v / HOUR for v in t_interval(values))
+            bar = next(b for b in bars if b["policy"] == name and b["JCT"] == label)
+            assert (bar["hours"], bar["ci_low_h"], bar["ci_high_h"]) == pytest.approx((mean, lo, hi))
+            err = next(e for e in errors_ if e["policy"] == name and e["JCT"] == label)
+            assert (err["ci_low_h"], err["ci_high_h"]) == pytest.approx((lo, hi))
+    assert len(bars) == 6
+
+
+def test_queue_lines_count_jobs_arrived_and_not_started_on_seed_0(sim):
+    pts = rows(charts(sim)["sim_queue"])
+    for name, res in sim.session_state.sim_results.items():
+        r = res.results[0]
+        arrival, start = np.asarray(r.jobs["arrival_s"], float), np.asarray(r.jobs["start_s"], float)
+        mine = [p for p in pts if p["policy"] == name]
+        assert mine and mine[0]["hours"] == pytest.approx(arrival.min() / HOUR)
+        for p in mine:  # the level after every event at that instant: arrived so far minus started so far
+            t = p["hours"] * HOUR
+            assert p["jobs"] == int((arrival <= t + 1e-6).sum() - (start <= t + 1e-6).sum())
+
+
+def test_utilisation_lines_are_busy_gpus_over_the_cluster_on_seed_0(sim):
+    pts = rows(charts(sim)["sim_util"])
+    total = sim.session_state.cluster.total_gpus
+    for name, res in sim.session_state.sim_results.items():
+        r = res.results[0]
+        mine = [p for p in pts if p["policy"] == name]
+        assert [p["hours"] for p in mine] == pytest.approx(list(np.asarray(r.util_times_s) / HOUR))
+        assert [p["busy_pct"] for p in mine] == pytest.approx(list(100 * r.util_busy.sum(axis=1) / total))
+        assert all(0 <= p["busy_pct"] <= 100 for p in mine)
+
+
+def test_gpu_hours_bars_add_up_to_the_gpu_hours_the_jobs_used(sim):
+    bars = rows(charts(sim)["sim_gpu_hours"])
+    types = {n.gpu_type for n in sim.session_state.cluster.nodes}
+    for name, res in sim.session_state.sim_results.items():
+        mine = {b["gpu_type"]: b["gpu_hours"] for b in bars if b["policy"] == name}
+        assert sorted(mine) == sorted(types)
+        by_jobs = np.mean([np.nansum(r.jobs["gpu_hours"]) for r in res.results])  # per-job accounting
+        assert sum(mine.values()) == pytest.approx(by_jobs, rel=1e-6)
+
+
+def test_oom_bars_are_the_mean_failures_per_run(sim):
+    spec = charts(sim)["sim_oom"]
+    for name, res in sim.session_state.sim_results.items():
+        bar = next(b for b in rows(spec) if b["policy"] == name)
+        per_seed = [r.oom_failures for r in res.results]
+        assert bar["failures"] == pytest.approx(np.mean(per_seed))
+        if np.std(per_seed) == 0:
+            assert bar["ci_low"] == bar["ci_high"] == pytest.approx(per_seed[0])
+        else:
+            assert (bar["ci_low"], bar["ci_high"]) == pytest.approx(t_interval(per_seed)[1:])
+
+
+def test_one_seed_draws_no_error_bars_and_no_nan(app):
+    open_page(app, "pages/simulation.py")
+    app.number_input(key="sim_limit").set_value(30)
+    app.number_input(key="sim_seeds").set_value(1)
+    app.button(key="sim_run").click().run()
+    no_failure(app)
+    specs = charts(app)  # parsing refuses NaN
+    assert rows(specs["sim_jct_bars"], 1) == [] and rows(specs["sim_oom"], 1) == []
+    assert all(b["ci_low_h"] is None for b in rows(specs["sim_jct_bars"]))
 
 
 def test_trace_with_broken_rows_warns_and_still_loads(app):
@@ -248,15 +381,46 @@ def test_trace_in_the_wrong_format_shows_error(app):
 
 
 # --- GPU mix what-if ----------------------------------------------------------------------------------------------
-def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
+def run_whatif_page(app: AppTest, seeds: int) -> AppTest:
+    """The GPU mix page after a what-if of the default candidates on 40 jobs."""
     open_page(app, "pages/gpu_mix.py")
     app.number_input(key="wi_limit").set_value(40)
-    app.number_input(key="wi_seeds").set_value(1)
+    app.number_input(key="wi_seeds").set_value(seeds)
     app.button(key="wi_run").click().run()
     no_failure(app)
+    return app
+
+
+def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
+    run_whatif_page(app, seeds=1)
     table = app.session_state.wi_results
     assert list(table["candidate"]) == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
     assert table["on frontier"].any()
+    layers = charts(app)["wi_frontier"]["layer"]  # one seed: parsing refuses NaN, and no CI is drawn
+    assert [layer["data"]["values"] for layer in layers if layer["mark"]["type"] == "rule"][1] == []
+
+
+def test_frontier_chart_holds_each_candidate_its_ci_the_frontier_and_the_budget(app):
+    run_whatif_page(app, seeds=2)
+    result = app.session_state.wi_whatif
+    spec = charts(app)["wi_frontier"]
+    layers = {(layer["mark"]["type"], i): layer for i, layer in enumerate(spec["layer"])}
+    points = next(v for (k, _), v in layers.items() if k == "point")["data"]["values"]
+    assert [p["candidate"] for p in points] == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
+    for c, p in zip(result.candidates, points, strict=True):
+        mean, lo, hi = (v / HOUR for v in t_interval(c.samples_s))
+        assert (p["cost"], p["jct_h"], p["ci_low_h"], p["ci_high_h"]) == pytest.approx(
+            (c.cost_per_hour, mean, lo, hi))
+        assert p["budget"] == ("within budget" if c.added_cost_per_hour <= result.budget_per_hour + 1e-9
+                               else "over budget")
+    line = next(v for (k, _), v in layers.items() if k == "line")["data"]["values"]
+    # the frontier: no other candidate is as cheap and faster (worked out here from the points)
+    pareto = sorted((p for p in points if not any(q["cost"] <= p["cost"] and q["jct_h"] < p["jct_h"]
+                                                  for q in points if q is not p)), key=lambda p: p["cost"])
+    assert [p["candidate"] for p in line] == [p["candidate"] for p in pareto]
+    rule = next(v for (k, _), v in layers.items() if k == "rule" and "strokeDash" in v["mark"])
+    assert rule["data"]["values"] == [{"cost": pytest.approx(result.row("today").cost_per_hour
+                                                             + result.budget_per_hour)}]
 
 
 def test_picking_a_learned_position_model_pulls_the_sequence_down_to_its_table(app):

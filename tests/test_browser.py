@@ -20,6 +20,7 @@ IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 EXCEPTION = '[data-testid="stException"]'
 CRASH = "Something went wrong"  # app.py turns any page exception into an st.error starting with this
 CRASH_ALERT = f'[data-testid="stAlert"]:has-text("{CRASH}")'
+VEGA = '[data-testid="stVegaLiteChart"]'
 
 pytestmark = [pytest.mark.browser]
 if not CHROMIUM.exists():
@@ -69,6 +70,20 @@ def browser_page():
             yield page, url
         finally:
             browser.close()
+
+
+def charts_drawn(page, at_least: int, timeout_s: float = 20) -> None:
+    """At least `at_least` Vega-Lite charts on the page, and every one of them drawn: vega-embed has put its canvas
+    or svg (class "marks") inside (a spec that fails to compile leaves the element empty or shows an error instead)."""
+    charts = page.locator(VEGA)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:  # vega-embed draws after the script has finished
+        n = charts.count()
+        drawn = sum(charts.nth(i).locator("canvas.marks, svg.marks").count() > 0 for i in range(n))
+        if n >= at_least and drawn == n:
+            return
+        page.wait_for_timeout(200)
+    raise AssertionError(f"{drawn} of {n} Vega-Lite charts drawn, expected at least {at_least}")
 
 
 def scroll_to(page, selector: str) -> None:
@@ -153,7 +168,7 @@ def test_simulation_page_runs_a_small_simulation(browser_page):
     page.wait_for_selector('h3:has-text("Results")', timeout=60_000)
     wait_idle(page, 60_000)
     no_exception(page, "simulation after run")
-    assert page.locator('[data-testid="stPlotlyChart"]').count() >= 4
+    charts_drawn(page, 6)  # CDF, JCT bars, queue, utilisation, GPU-hours, OOM failures
     scroll_to(page, 'h3:has-text("Results")')
     shot(page, "simulation")
 
@@ -167,6 +182,7 @@ def test_gpu_mix_page_plots_the_frontier(browser_page):
     page.wait_for_selector('h3:has-text("Average JCT against cost")', timeout=60_000)
     wait_idle(page, 60_000)
     no_exception(page, "gpu mix after run")
+    charts_drawn(page, 1)  # the frontier
     scroll_to(page, 'h3:has-text("Average JCT against cost")')
     shot(page, "gpu_mix")
 
