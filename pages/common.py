@@ -53,10 +53,10 @@ PAGES = {
 }
 
 
-# Modules the heavier pages need (scipy/pandas behind the simulator, the memory and plan models, plotly), imported
+# Modules the heavier pages need (scipy/pandas behind the simulator, the memory and plan models), imported
 # once per server process when the router first loads, on the main thread: importing them from a background thread
 # while a page imports the same modules races (Python hands one thread a partially initialised module).
-WARM_MODULES = ("pandas", "plotly.graph_objects", "frenzy_core.memory", "frenzy_core.plans", "frenzy_core.traces",
+WARM_MODULES = ("pandas", "frenzy_core.memory", "frenzy_core.plans", "frenzy_core.traces",
                 "frenzy_core.simulate", "frenzy_core.allocation", "frenzy_core.whatif", "frenzy_core.timeline")
 for _name in WARM_MODULES:
     importlib.import_module(_name)
