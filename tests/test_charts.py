@@ -17,6 +17,11 @@ from pages import charts
 REPO_CLUSTER = "sample_clusters/modern-mixed.yaml"
 
 
+def _data(spec: dict, layer: dict) -> list[dict]:
+    """A layer's rows: inline values, or the named dataset Streamlit sends apart from the spec."""
+    return spec["datasets"][layer["data"]["name"]] if "name" in layer["data"] else layer["data"]["values"]
+
+
 def _layer(spec: dict, mark: str) -> list[dict]:
     return [layer for layer in spec["layer"] if (layer["mark"] if isinstance(layer["mark"], str)
                                                   else layer["mark"]["type"]) == mark]
@@ -37,7 +42,7 @@ def memory_result():
 def test_memory_chart_segments_stack_to_each_methods_total(memory_result):
     names = list(dict.fromkeys([*memory_result["detailed"][0], *memory_result["paper"][0]]))
     spec = charts.memory_chart(memory_result, names, {80.0: ["H100-80GB"], 24.0: ["L4"]}, False, ["t"], {})
-    bars = _layer(spec, "bar")[0]["data"]["values"]
+    bars = _data(spec, _layer(spec, "bar")[0])
     for method in ("detailed", "paper"):
         segs = [b for b in bars if b["method"] == method]
         assert segs[0]["y0"] == pytest.approx(0.0, abs=1e-3)
@@ -53,16 +58,16 @@ def test_memory_chart_lines_mark_which_gpus_fit_and_the_paper_bar_above_the_axis
     names = list(memory_result["detailed"][0])
     spec = charts.memory_chart(memory_result, names, {80.0: ["H100-80GB", "A100-80GB"], 48.0: ["L40S"],
                                                       24.0: ["L4"]}, False, ["t"], {})
-    lines = _layer(spec, "rule")[0]["data"]["values"]
+    lines = _data(spec, _layer(spec, "rule")[0])
     assert [(x["cap"], x["fits"]) for x in lines] == [(24.0, False), (48.0, True), (80.0, True)]
     assert lines[2]["label"].startswith("✓ H100-80GB, A100-80GB")
     assert spec["layer"][0]["encoding"]["y"]["scale"]["domain"] == [0, pytest.approx(80 * 1.15)]
     # the paper's 319 GiB is far above the 92 GiB axis: a label says so; on a log axis it fits and no label is drawn
-    assert any("paper: 319 GiB" in t["data"]["values"][0].get("label", "") for t in _layer(spec, "text")[1:])
+    assert any("paper: 319 GiB" in _data(spec, t)[0].get("label", "") for t in _layer(spec, "text")[1:])
     log = charts.memory_chart(memory_result, names, {80.0: ["H100-80GB"]}, True, ["t"], {})
     lo, hi = log["layer"][0]["encoding"]["y"]["scale"]["domain"]
     assert log["layer"][0]["encoding"]["y"]["scale"]["type"] == "log" and hi > memory_result["paper"][1] and lo > 0
-    assert not [t for t in _layer(log, "text") if "paper:" in str(t["data"]["values"][0].get("label", ""))]
+    assert not [t for t in _layer(log, "text") if "paper:" in str(_data(log, t)[0].get("label", ""))]
 
 
 def test_headroom_heatmaps_carry_the_grids_cells_and_one_star_on_the_best_plan():
