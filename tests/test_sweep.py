@@ -213,7 +213,9 @@ def test_ctrl_c_on_frenzy_sweep_exits_130_with_one_line_and_no_process_left(tmp_
         [sys.executable, "-m", "frenzy_core.cli", "sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY),
          "--limit-jobs", "400", "--policies", "frenzy-eft,fcfs", "--add", "L40S:16", "--add", "H100-80GB:16",
          "--seeds", "20", "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        # a terminal's process gets Ctrl-C: undo the SIG_IGN a shell's background job (`cmd &`) would pass down
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
