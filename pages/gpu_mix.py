@@ -88,7 +88,9 @@ with left:
     version = ss.wi_table_version
     candidates_key = "wi_candidates" if version == 0 else f"wi_candidates_{version}"
     frame = st.data_editor(editor_base("wi_table", candidates_key, ss.wi_table), key=candidates_key,
-                           num_rows="dynamic", hide_index=True, width="stretch", column_config={
+                           num_rows="dynamic", hide_index=True, width="stretch",
+                           # the count next to the name: below 1,150 px the last column scrolls out of view
+                           column_order=("candidate", "count", "gpu_type", "gpus_per_node"), column_config={
                                "candidate": st.column_config.TextColumn("candidate", required=True),
                                "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True),
                                "count": st.column_config.NumberColumn("GPUs to add", min_value=0, step=1,
