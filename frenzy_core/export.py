@@ -10,8 +10,9 @@ Flag and key names were checked against each project's source (read 2026-12-01):
   train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel size, zero_optimization.stage,
   bf16.enabled, activation_checkpointing, tensor_parallel.autotp_size (AutoTP training), pipeline.stages;
 - torchtitan `torchtitan/config/job_config.py` (commit 000204a4): [training] local_batch_size, global_batch_size,
-  seq_len, steps, mixed_precision_param; [parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
-  tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_microbatch_size; [activation_checkpoint] mode;
+  seq_len, steps, mixed_precision_param, compile; [parallelism] data_parallel_replicate_degree,
+  data_parallel_shard_degree, tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_microbatch_size;
+  [activation_checkpoint] mode;
 - accelerate `src/accelerate/commands/launch.py` (Megatron-LM arguments) and `commands/config/cluster.py`:
   distributed_type, num_machines, num_processes, megatron_lm_config.megatron_lm_tp_degree / _pp_degree /
   _num_micro_batches / _sequence_parallelism / _recompute_activations / _use_distributed_optimizer, deepspeed_config;
@@ -203,7 +204,8 @@ def torchtitan_config(model, training, plan, cluster, tokens) -> dict[str, dict]
         "optimizer": {"name": "AdamW", "lr": 3e-4},
         "training": {"local_batch_size": local, "global_batch_size": training.global_batch,
                      "seq_len": training.seq_len, "steps": train_iters(training, tokens),
-                     "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16"},
+                     "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16",
+                     "compile": training.compile},
         "parallelism": {"data_parallel_replicate_degree": 1 if shard else plan.dp,
                         "data_parallel_shard_degree": plan.dp if shard else 1,
                         "fsdp_reshard_after_forward": "default" if training.zero_stage >= 3 or not shard else "never",

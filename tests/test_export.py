@@ -93,6 +93,12 @@ def test_torchtitan_degrees_multiply_to_the_world_size():
     # with p > 1 the local batch holds every micro-batch of one replica's step
     assert tr["local_batch_size"] * SPREAD.dp == 64
     assert cfg["activation_checkpoint"]["mode"] == "selective"
+    assert tr["compile"] is False
+
+
+def test_torchtitan_compile_follows_the_training():
+    compiled = TRAIN.model_copy(update={"framework": "fsdp2", "compile": True})
+    assert tomllib.loads(export_plan("torchtitan", MODEL, compiled, SPREAD, CLUSTER, TOKENS))["training"]["compile"]
 
 
 def test_accelerate_megatron_config_matches_the_plan():
