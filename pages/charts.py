@@ -1,15 +1,25 @@
-"""Vega-Lite chart specs for the app's pages: pure functions from what the core computed to a spec dict (no
-Streamlit here), so each chart's data can be tested against the core's numbers (tests/test_charts.py).
+"""Vega-Lite chart specs for every page: pure functions from what the core computed to a spec dict (no Streamlit
+here), so each chart's data can be tested against the core's numbers (tests/test_charts.py; the Simulation and
+GPU-mix charts through the pages in tests/test_app.py).
 
 Vega-Lite instead of Plotly: Streamlit's Plotly chunk is 4.7 MB of JavaScript, and the first page of a browser
 session that draws one paid ~1.4 s for it on a 2-core machine (bench/app_latency.py, 2026-12-01)."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from frenzy_core.plans import Plan
+from frenzy_core.timeline import queue_length
+from frenzy_core.whatif import TODAY
 
 PANELS_PER_ROW = 4
 FREE_COLOUR = "#eceff1"  # free GPUs on the packing charts
+HOUR = 3600.0
+POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "fcfs": "#ef6c00",
+                  "sia": "#2e7d32"}
 
 
 def _label(component: str) -> str:
@@ -193,3 +203,223 @@ def capacity_chart(caps: dict[str, tuple[int, int]]) -> dict:
                                    "legend": {"orient": "bottom", "title": None}},
                          "order": {"field": "state", "sort": "descending"},
                          "tooltip": [{"field": "GPU type"}, {"field": "state"}, {"field": "GPUs"}]}}
+
+
+def ci_rows(rows: list[dict], low: str, high: str) -> list[dict]:
+    """The rows that have an interval (one seed gives none: its bounds are null)."""
+    return [r for r in rows if r[low] is not None and r[high] is not None]
+
+
+def chart_number(x: float) -> float | None:
+    """A plain float for a Vega-Lite data row, or None (JSON null) for NaN and infinities, which JSON cannot hold."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+num = chart_number
+
+
+def colour(policy: str) -> str:
+    return POLICY_COLOURS.get(policy, "#5d4037")
+
+
+def policy_colour(names: list[str], show_legend: bool = True) -> dict:
+    """The colour channel: one fixed colour per policy (POLICY_COLOURS), in the order the policies were run."""
+    return {"field": "policy", "type": "nominal", "sort": names,
+            "scale": {"domain": names, "range": [colour(n) for n in names]},
+            "legend": {"orient": "bottom", "title": None} if show_legend else None}
+
+
+def chart(title: str, height: int, layers: list[dict]) -> dict:
+    """A layered Vega-Lite spec with its title at the left; each layer carries its own inline data."""
+    return {"title": {"text": title, "anchor": "start"}, "height": height, "layer": layers}
+
+
+def step_lines_spec(title: str, x_title: str, y_title: str, y_field: str, rows: list[dict], names: list[str],
+                    height: int, x_scale: dict | None = None) -> dict:
+    """One step line per policy (the value holds from each point to the next), coloured per policy."""
+    x = {"field": "hours", "type": "quantitative", "title": x_title}
+    if x_scale:
+        x["scale"] = x_scale
+    return chart(title, height, [{
+        "data": {"values": rows},
+        "mark": {"type": "line", "interpolate": "step-after", "clip": True},
+        "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative", "title": y_title},
+                     "color": policy_colour(names),
+                     "tooltip": [{"field": "policy"}, {"field": "hours", "title": "hours", "format": ".2f"},
+                                 {"field": y_field, "title": y_title, "format": ".3~f"}]}}])
+
+
+def arrivals_spec(trace) -> dict:
+    """A histogram (40 bins) of the trace's arrival times, in hours."""
+    rows = [{"arrival_h": j.arrival_s / HOUR} for j in trace.jobs]
+    return chart("Arrivals over time", 260, [{
+        "data": {"values": rows},
+        "mark": {"type": "bar", "color": "#90a4ae"},
+        "encoding": {"x": {"field": "arrival_h", "bin": {"maxbins": 40}, "type": "quantitative", "title": "hours"},
+                     "y": {"aggregate": "count", "type": "quantitative", "title": "jobs"},
+                     "tooltip": [{"field": "arrival_h", "bin": {"maxbins": 40}, "title": "hours"},
+                                 {"aggregate": "count", "title": "jobs"}]}}])
+
+
+def cdf_spec(results: dict) -> dict:
+    """The empirical CDF of JCT per policy over all seeds (finished jobs): the i-th shortest of n at i/n."""
+    rows = []
+    for name, res in results.items():
+        jct = np.sort(np.concatenate([r.jobs["jct_s"] for r in res.results]))
+        jct = jct[np.isfinite(jct)] / HOUR
+        rows += [{"policy": name, "hours": float(h), "fraction": (i + 1) / jct.size} for i, h in enumerate(jct)]
+    spec = step_lines_spec("JCT CDF (all seeds)", "job completion time (h, log)", "fraction of jobs", "fraction",
+                           rows, list(results), 360, x_scale={"type": "log"})
+    spec["layer"][0]["encoding"]["y"]["scale"] = {"domain": [0, 1]}
+    return spec
+
+
+def jct_bars_spec(results: dict) -> dict:
+    """Average and p99 JCT per policy (means over seeds, hours) side by side, each with its 95% CI as an error bar
+    (none with one seed: there is no interval)."""
+    rows = []
+    for metric, label in (("avg_jct_s", "average"), ("p99_jct_s", "p99")):
+        for name, res in results.items():
+            mean, lo, hi = res.ci(metric)
+            rows.append({"policy": name, "JCT": label, "hours": num(mean / HOUR), "ci_low_h": num(lo / HOUR),
+                         "ci_high_h": num(hi / HOUR)})
+    names = list(results)
+    x = {"field": "policy", "type": "nominal", "sort": names, "title": None, "axis": {"labelAngle": 0}}
+    offset = {"field": "JCT", "type": "nominal", "sort": ["average", "p99"]}
+    tooltip = [{"field": "policy"}, {"field": "JCT"}, {"field": "hours", "format": ".2f"},
+               {"field": "ci_low_h", "title": "95% CI low (h)", "format": ".2f"},
+               {"field": "ci_high_h", "title": "95% CI high (h)", "format": ".2f"}]
+    return chart("Average and p99 JCT, 95% CI", 360, [
+        {"data": {"values": rows}, "mark": {"type": "bar"},
+         "encoding": {"x": x, "xOffset": offset, "y": {"field": "hours", "type": "quantitative", "title": "hours"},
+                      "color": policy_colour(names, show_legend=False),  # the x axis names the policies
+                      "opacity": {"field": "JCT", "type": "nominal", "sort": ["average", "p99"],
+                                  "scale": {"domain": ["average", "p99"], "range": [1.0, 0.5]},
+                                  "legend": {"orient": "bottom", "title": None}},
+                      "tooltip": tooltip}},
+        {"data": {"values": ci_rows(rows, "ci_low_h", "ci_high_h")},
+         "mark": {"type": "rule", "color": "#263238", "strokeWidth": 1.5},
+         "encoding": {"x": x, "xOffset": offset, "y": {"field": "ci_low_h", "type": "quantitative"},
+                      "y2": {"field": "ci_high_h"}, "tooltip": tooltip}},
+    ])
+
+
+def queue_spec(results: dict) -> dict:
+    """Jobs arrived but not started over time, per policy, on seed 0 (frenzy_core.timeline.queue_length)."""
+    rows = []
+    for name, res in results.items():
+        r = res.results[0]
+        t, q = queue_length(r.jobs["arrival_s"], r.jobs["start_s"])
+        rows += [{"policy": name, "hours": float(a) / HOUR, "jobs": int(b)} for a, b in zip(t, q, strict=True)]
+    return step_lines_spec("Queued jobs over time (seed 0)", "hours", "jobs waiting", "jobs", rows, list(results),
+                           320)
+
+
+def util_spec(results: dict) -> dict:
+    """The share of the cluster's GPUs busy over time, per policy, on seed 0 (SimResult.utilisation)."""
+    rows = []
+    for name, res in results.items():
+        u = res.results[0].utilisation()
+        rows += [{"policy": name, "hours": float(a) / HOUR, "busy_pct": 100.0 * float(b)}
+                 for a, b in zip(u["time_s"], u["utilisation"], strict=True)]
+    return step_lines_spec("GPU utilisation over time (seed 0)", "hours", "% GPUs busy", "busy_pct", rows,
+                           list(results), 320)
+
+
+def gpu_hours_spec(results: dict) -> dict:
+    """GPU-hours per GPU type (mean over seeds of SimResult.gpu_hours_by_type), one bar per policy in each group."""
+    rows = []
+    for name, res in results.items():
+        per = [r.gpu_hours_by_type() for r in res.results]
+        rows += [{"policy": name, "gpu_type": t, "gpu_hours": float(np.mean([p.get(t, 0.0) for p in per]))}
+                 for t in per[0]]
+    names = list(results)
+    return chart("GPU-hours per GPU type (mean over seeds)", 320, [{
+        "data": {"values": rows}, "mark": {"type": "bar"},
+        "encoding": {"x": {"field": "gpu_type", "type": "nominal", "sort": None, "title": None,
+                           "axis": {"labelAngle": 0}},
+                     "xOffset": {"field": "policy", "type": "nominal", "sort": names},
+                     "y": {"field": "gpu_hours", "type": "quantitative", "title": "GPU-hours"},
+                     "color": policy_colour(names),
+                     "tooltip": [{"field": "policy"}, {"field": "gpu_type", "title": "GPU type"},
+                                 {"field": "gpu_hours", "title": "GPU-hours", "format": ",.1f"}]}}])
+
+
+def oom_spec(results: dict) -> dict:
+    """Out-of-memory failures per run (mean over seeds) per policy, with the 95% CI as an error bar."""
+    rows = []
+    for name, res in results.items():
+        mean, lo, hi = res.ci("oom_failures")
+        rows.append({"policy": name, "failures": num(mean), "ci_low": num(lo), "ci_high": num(hi)})
+    names = list(results)
+    top = max([1.0, *(r["ci_high"] or r["failures"] or 0.0 for r in rows)])  # an axis up to 1 when none failed
+    x = {"field": "policy", "type": "nominal", "sort": names, "title": None, "axis": {"labelAngle": 0}}
+    tooltip = [{"field": "policy"}, {"field": "failures", "format": ".2f"},
+               {"field": "ci_low", "title": "95% CI low", "format": ".2f"},
+               {"field": "ci_high", "title": "95% CI high", "format": ".2f"}]
+    return chart("Out-of-memory failures per run", 320, [
+        {"data": {"values": rows}, "mark": {"type": "bar"},
+         "encoding": {"x": x, "y": {"field": "failures", "type": "quantitative", "title": "failures",
+                                    "axis": {"format": "~g", "tickMinStep": 1}, "scale": {"domainMin": 0, "domainMax": top}},
+                      "color": policy_colour(names, show_legend=False), "tooltip": tooltip}},
+        {"data": {"values": ci_rows(rows, "ci_low", "ci_high")},
+         "mark": {"type": "rule", "color": "#263238", "strokeWidth": 1.5},
+         "encoding": {"x": x, "y": {"field": "ci_low", "type": "quantitative"}, "y2": {"field": "ci_high"},
+                      "tooltip": tooltip}},
+    ])
+
+
+def frontier_spec(result) -> dict:
+    """Vega-Lite: each candidate's average JCT (h) with its 95% CI against the cluster's cost ($/h); blue circles within
+    the budget, red crosses over it, each named; the frontier (frenzy_core.whatif's on_frontier) as a dashed line by
+    cost; a dotted red rule at today's cost plus the budget."""
+    num = chart_number
+    rows = [{"candidate": c.candidate, "cost": num(c.cost_per_hour), "jct_h": num(c.avg_jct_s / HOUR),
+             "ci_low_h": num(c.ci_low_s / HOUR), "ci_high_h": num(c.ci_high_s / HOUR),
+             "added_cost": num(c.added_cost_per_hour), "GPUs": c.gpus,
+             "budget": "within budget" if c.within_budget else "over budget", "on_frontier": c.on_frontier}
+            for c in result.candidates]
+    rows = [r for r in rows if r["cost"] is not None and r["jct_h"] is not None]
+    front = sorted((r for r in rows if r["on_frontier"]), key=lambda r: r["cost"])
+    budget_x = result.row(TODAY).cost_per_hour + result.budget_per_hour
+    x = {"field": "cost", "type": "quantitative", "title": f"cluster cost ($/h, {result.pricing})",
+         "scale": {"zero": False, "nice": True, "padding": 30}}  # room for the names at the edges
+    y = {"field": "jct_h", "type": "quantitative", "title": "average JCT (h), 95% CI",
+         "scale": {"zero": False, "padding": 20}}
+    tooltip = [{"field": "candidate"}, {"field": "GPUs"}, {"field": "cost", "title": "cost $/h", "format": ",.2f"},
+               {"field": "added_cost", "title": "added $/h", "format": ",.2f"},
+               {"field": "jct_h", "title": "avg JCT h", "format": ".2f"},
+               {"field": "ci_low_h", "title": "95% CI low h", "format": ".2f"},
+               {"field": "ci_high_h", "title": "95% CI high h", "format": ".2f"}, {"field": "budget"},
+               {"field": "on_frontier", "title": "on frontier"}]
+    kinds = {"field": "budget", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
+             "scale": {"domain": ["within budget", "over budget"], "range": ["#1565c0", "#c62828"]}}
+    shapes = {**kinds, "scale": {"domain": ["within budget", "over budget"], "range": ["circle", "cross"]}}
+    label = {"x": x, "y": y, "text": {"field": "candidate"}}
+    return {"height": 420, "layer": [
+        {"data": {"values": [{"cost": budget_x}]}, "mark": {"type": "rule", "strokeDash": [2, 3], "color": "#c62828"},
+         "encoding": {"x": {"field": "cost", "type": "quantitative"}}},
+        {"data": {"values": [{"cost": budget_x}]},
+         "mark": {"type": "text", "text": "budget", "color": "#c62828", "align": "right", "dx": -4, "baseline": "top",
+                  "y": 4},
+         "encoding": {"x": {"field": "cost", "type": "quantitative"}}},
+        {"data": {"values": front}, "mark": {"type": "line", "color": "#90a4ae"},
+         "encoding": {"x": x, "y": y, "order": {"field": "cost"},
+                      "strokeDash": {"datum": "frontier", "type": "nominal", "title": None,
+                                     "scale": {"domain": ["frontier"], "range": [[6, 4]]},
+                                     "legend": {"orient": "bottom", "symbolType": "stroke", "symbolSize": 400,
+                                                "symbolStrokeWidth": 2}}}},
+        # the name above each point, over a white halo that hides grid and frontier lines (the CIs and points
+        # are drawn after it, on top)
+        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12, "stroke": "white",
+                                            "strokeWidth": 4, "strokeOpacity": 0.9}, "encoding": label},
+        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12},
+         "encoding": {**label, "color": kinds}},  # the same legend as the points (Vega-Lite merges them)
+        {"data": {"values": ci_rows(rows, "ci_low_h", "ci_high_h")},
+         "mark": {"type": "rule", "strokeWidth": 1.5},
+         "encoding": {"x": x, "y": {"field": "ci_low_h", "type": "quantitative"}, "y2": {"field": "ci_high_h"},
+                      "color": kinds, "tooltip": tooltip}},
+        {"data": {"values": rows}, "mark": {"type": "point", "filled": True, "size": 140},
+         "encoding": {"x": x, "y": y, "color": kinds, "shape": shapes, "tooltip": tooltip}},
+    ]}

@@ -9,7 +9,6 @@ widget value never replaces the last good spec.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 from pathlib import Path
 
@@ -425,9 +424,3 @@ def sync_share_link() -> None:
         # always written: after a page change the browser can show an older ?s= than the server believes it has
         st.query_params[SHARE_PARAM] = code
         st.session_state.setdefault("share_seen", set()).add(code)
-
-
-def chart_number(x: float) -> float | None:
-    """A plain float for a Vega-Lite data row, or None (JSON null) for NaN and infinities, which JSON cannot hold."""
-    x = float(x)
-    return x if math.isfinite(x) else None

@@ -37,12 +37,12 @@ from frenzy_core.whatif import (
     run_whatif,
     search_mixes,
 )
-from pages import common
+from pages import charts, common
+from pages.charts import HOUR
 
 common.page_setup()
 
 ss = st.session_state
-HOUR = 3600.0
 DEFAULT_JOBS = pd.DataFrame([{"model": "llama-2-7b", "runs_per_week": 3.0, "gpus": 16, "hours": 12.0,
                               "gpu_type": "A100-80GB"},
                              {"model": "gpt2-xl", "runs_per_week": 20.0, "gpus": 4, "hours": 3.0,
@@ -178,61 +178,6 @@ def _column(records: list[dict], name: str) -> dict[str, float]:
             if r[name] is not None and not (isinstance(r[name], float) and math.isnan(r[name]))}
 
 
-def frontier_spec(result) -> dict:
-    """Vega-Lite: each candidate's average JCT (h) with its 95% CI against the cluster's cost ($/h); blue circles within
-    the budget, red crosses over it, each named; the frontier (frenzy_core.whatif's on_frontier) as a dashed line by
-    cost; a dotted red rule at today's cost plus the budget."""
-    num = common.chart_number
-    rows = [{"candidate": c.candidate, "cost": num(c.cost_per_hour), "jct_h": num(c.avg_jct_s / HOUR),
-             "ci_low_h": num(c.ci_low_s / HOUR), "ci_high_h": num(c.ci_high_s / HOUR),
-             "added_cost": num(c.added_cost_per_hour), "GPUs": c.gpus,
-             "budget": "within budget" if c.within_budget else "over budget", "on_frontier": c.on_frontier}
-            for c in result.candidates]
-    rows = [r for r in rows if r["cost"] is not None and r["jct_h"] is not None]
-    front = sorted((r for r in rows if r["on_frontier"]), key=lambda r: r["cost"])
-    budget_x = result.row(TODAY).cost_per_hour + result.budget_per_hour
-    x = {"field": "cost", "type": "quantitative", "title": f"cluster cost ($/h, {result.pricing})",
-         "scale": {"zero": False, "nice": True, "padding": 30}}  # room for the names at the edges
-    y = {"field": "jct_h", "type": "quantitative", "title": "average JCT (h), 95% CI",
-         "scale": {"zero": False, "padding": 20}}
-    tooltip = [{"field": "candidate"}, {"field": "GPUs"}, {"field": "cost", "title": "cost $/h", "format": ",.2f"},
-               {"field": "added_cost", "title": "added $/h", "format": ",.2f"},
-               {"field": "jct_h", "title": "avg JCT h", "format": ".2f"},
-               {"field": "ci_low_h", "title": "95% CI low h", "format": ".2f"},
-               {"field": "ci_high_h", "title": "95% CI high h", "format": ".2f"}, {"field": "budget"},
-               {"field": "on_frontier", "title": "on frontier"}]
-    kinds = {"field": "budget", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
-             "scale": {"domain": ["within budget", "over budget"], "range": ["#1565c0", "#c62828"]}}
-    shapes = {**kinds, "scale": {"domain": ["within budget", "over budget"], "range": ["circle", "cross"]}}
-    label = {"x": x, "y": y, "text": {"field": "candidate"}}
-    return {"height": 420, "layer": [
-        {"data": {"values": [{"cost": budget_x}]}, "mark": {"type": "rule", "strokeDash": [2, 3], "color": "#c62828"},
-         "encoding": {"x": {"field": "cost", "type": "quantitative"}}},
-        {"data": {"values": [{"cost": budget_x}]},
-         "mark": {"type": "text", "text": "budget", "color": "#c62828", "align": "right", "dx": -4, "baseline": "top",
-                  "y": 4},
-         "encoding": {"x": {"field": "cost", "type": "quantitative"}}},
-        {"data": {"values": front}, "mark": {"type": "line", "color": "#90a4ae"},
-         "encoding": {"x": x, "y": y, "order": {"field": "cost"},
-                      "strokeDash": {"datum": "frontier", "type": "nominal", "title": None,
-                                     "scale": {"domain": ["frontier"], "range": [[6, 4]]},
-                                     "legend": {"orient": "bottom", "symbolType": "stroke", "symbolSize": 400,
-                                                "symbolStrokeWidth": 2}}}},
-        # the name above each point, over a white halo that hides grid and frontier lines (the CIs and points
-        # are drawn after it, on top)
-        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12, "stroke": "white",
-                                            "strokeWidth": 4, "strokeOpacity": 0.9}, "encoding": label},
-        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12},
-         "encoding": {**label, "color": kinds}},  # the same legend as the points (Vega-Lite merges them)
-        {"data": {"values": [r for r in rows if r["ci_low_h"] is not None and r["ci_high_h"] is not None]},
-         "mark": {"type": "rule", "strokeWidth": 1.5},
-         "encoding": {"x": x, "y": {"field": "ci_low_h", "type": "quantitative"}, "y2": {"field": "ci_high_h"},
-                      "color": kinds, "tooltip": tooltip}},
-        {"data": {"values": rows}, "mark": {"type": "point", "filled": True, "size": 140},
-         "encoding": {"x": x, "y": y, "color": kinds, "shape": shapes, "tooltip": tooltip}},
-    ]}
-
-
 try:
     cost_records = costs_frame.to_dict("records")
     costs = CostModel().with_overrides(
@@ -303,7 +248,7 @@ else:
     no_ci = " (one seed: no 95% interval)" if len(result.seeds) < 2 else ""
     st.caption(f"{result.policy} on {result.workload}, {len(result.seeds)} seed(s){no_ci}; budget "
                f"${result.budget_per_hour:,.2f}/h for additions at {result.pricing} prices; {result.wall_s:.1f} s")
-    st.vega_lite_chart({"name": "wi_frontier", **frontier_spec(result)}, key="wi_frontier", width="stretch")
+    st.vega_lite_chart({"name": "wi_frontier", **charts.frontier_spec(result)}, key="wi_frontier", width="stretch")
     if result.best_within_budget is None:
         st.warning(result.message, icon=":material/warning:")
     elif result.significant:

@@ -16,15 +16,12 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.policies import REGISTRY
 from frenzy_core.simulate import SimOptions, simulate_seeds
-from frenzy_core.timeline import queue_length
-from pages import common
+from pages import charts, common
+from pages.charts import HOUR
 
 common.page_setup()
 
 ss = st.session_state
-HOUR = 3600.0
-POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "fcfs": "#ef6c00",
-                  "sia": "#2e7d32"}
 SLOW_POLICIES = {"sia": "Sia solves an ILP every 60 s round: tens of seconds for 200 jobs"}
 
 
@@ -93,163 +90,9 @@ def ci_text(lo: float, hi: float) -> str:
     return f"{lo / HOUR:.2f} – {hi / HOUR:.2f} h"
 
 
-def colour(policy: str) -> str:
-    return POLICY_COLOURS.get(policy, "#5d4037")
-
-
-num = common.chart_number
-
-
-def policy_colour(names: list[str], show_legend: bool = True) -> dict:
-    """The colour channel: one fixed colour per policy (POLICY_COLOURS), in the order the policies were run."""
-    return {"field": "policy", "type": "nominal", "sort": names,
-            "scale": {"domain": names, "range": [colour(n) for n in names]},
-            "legend": {"orient": "bottom", "title": None} if show_legend else None}
-
-
-def chart(title: str, height: int, layers: list[dict]) -> dict:
-    """A layered Vega-Lite spec with its title at the left; each layer carries its own inline data."""
-    return {"title": {"text": title, "anchor": "start"}, "height": height, "layer": layers}
-
-
 def draw(container, spec: dict, key: str) -> None:
     """The chart across its container; the spec is named after its widget key (tests find a chart by that name)."""
     container.vega_lite_chart({"name": key, **spec}, key=key, width="stretch")
-
-
-def step_lines_spec(title: str, x_title: str, y_title: str, y_field: str, rows: list[dict], names: list[str],
-                    height: int, x_scale: dict | None = None) -> dict:
-    """One step line per policy (the value holds from each point to the next), coloured per policy."""
-    x = {"field": "hours", "type": "quantitative", "title": x_title}
-    if x_scale:
-        x["scale"] = x_scale
-    return chart(title, height, [{
-        "data": {"values": rows},
-        "mark": {"type": "line", "interpolate": "step-after", "clip": True},
-        "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative", "title": y_title},
-                     "color": policy_colour(names),
-                     "tooltip": [{"field": "policy"}, {"field": "hours", "title": "hours", "format": ".2f"},
-                                 {"field": y_field, "title": y_title, "format": ".3~f"}]}}])
-
-
-def arrivals_spec(trace) -> dict:
-    """A histogram (40 bins) of the trace's arrival times, in hours."""
-    rows = [{"arrival_h": j.arrival_s / HOUR} for j in trace.jobs]
-    return chart("Arrivals over time", 260, [{
-        "data": {"values": rows},
-        "mark": {"type": "bar", "color": "#90a4ae"},
-        "encoding": {"x": {"field": "arrival_h", "bin": {"maxbins": 40}, "type": "quantitative", "title": "hours"},
-                     "y": {"aggregate": "count", "type": "quantitative", "title": "jobs"},
-                     "tooltip": [{"field": "arrival_h", "bin": {"maxbins": 40}, "title": "hours"},
-                                 {"aggregate": "count", "title": "jobs"}]}}])
-
-
-def cdf_spec(results: dict) -> dict:
-    """The empirical CDF of JCT per policy over all seeds (finished jobs): the i-th shortest of n at i/n."""
-    rows = []
-    for name, res in results.items():
-        jct = np.sort(np.concatenate([r.jobs["jct_s"] for r in res.results]))
-        jct = jct[np.isfinite(jct)] / HOUR
-        rows += [{"policy": name, "hours": float(h), "fraction": (i + 1) / jct.size} for i, h in enumerate(jct)]
-    spec = step_lines_spec("JCT CDF (all seeds)", "job completion time (h, log)", "fraction of jobs", "fraction",
-                           rows, list(results), 360, x_scale={"type": "log"})
-    spec["layer"][0]["encoding"]["y"]["scale"] = {"domain": [0, 1]}
-    return spec
-
-
-def jct_bars_spec(results: dict) -> dict:
-    """Average and p99 JCT per policy (means over seeds, hours) side by side, each with its 95% CI as an error bar
-    (none with one seed: there is no interval)."""
-    rows = []
-    for metric, label in (("avg_jct_s", "average"), ("p99_jct_s", "p99")):
-        for name, res in results.items():
-            mean, lo, hi = res.ci(metric)
-            rows.append({"policy": name, "JCT": label, "hours": num(mean / HOUR), "ci_low_h": num(lo / HOUR),
-                         "ci_high_h": num(hi / HOUR)})
-    names = list(results)
-    x = {"field": "policy", "type": "nominal", "sort": names, "title": None, "axis": {"labelAngle": 0}}
-    offset = {"field": "JCT", "type": "nominal", "sort": ["average", "p99"]}
-    tooltip = [{"field": "policy"}, {"field": "JCT"}, {"field": "hours", "format": ".2f"},
-               {"field": "ci_low_h", "title": "95% CI low (h)", "format": ".2f"},
-               {"field": "ci_high_h", "title": "95% CI high (h)", "format": ".2f"}]
-    return chart("Average and p99 JCT, 95% CI", 360, [
-        {"data": {"values": rows}, "mark": {"type": "bar"},
-         "encoding": {"x": x, "xOffset": offset, "y": {"field": "hours", "type": "quantitative", "title": "hours"},
-                      "color": policy_colour(names, show_legend=False),  # the x axis names the policies
-                      "opacity": {"field": "JCT", "type": "nominal", "sort": ["average", "p99"],
-                                  "scale": {"domain": ["average", "p99"], "range": [1.0, 0.5]},
-                                  "legend": {"orient": "bottom", "title": None}},
-                      "tooltip": tooltip}},
-        {"data": {"values": [r for r in rows if r["ci_low_h"] is not None and r["ci_high_h"] is not None]},
-         "mark": {"type": "rule", "color": "#263238", "strokeWidth": 1.5},
-         "encoding": {"x": x, "xOffset": offset, "y": {"field": "ci_low_h", "type": "quantitative"},
-                      "y2": {"field": "ci_high_h"}, "tooltip": tooltip}},
-    ])
-
-
-def queue_spec(results: dict) -> dict:
-    """Jobs arrived but not started over time, per policy, on seed 0 (frenzy_core.timeline.queue_length)."""
-    rows = []
-    for name, res in results.items():
-        r = res.results[0]
-        t, q = queue_length(r.jobs["arrival_s"], r.jobs["start_s"])
-        rows += [{"policy": name, "hours": float(a) / HOUR, "jobs": int(b)} for a, b in zip(t, q, strict=True)]
-    return step_lines_spec("Queued jobs over time (seed 0)", "hours", "jobs waiting", "jobs", rows, list(results),
-                           320)
-
-
-def util_spec(results: dict) -> dict:
-    """The share of the cluster's GPUs busy over time, per policy, on seed 0 (SimResult.utilisation)."""
-    rows = []
-    for name, res in results.items():
-        u = res.results[0].utilisation()
-        rows += [{"policy": name, "hours": float(a) / HOUR, "busy_pct": 100.0 * float(b)}
-                 for a, b in zip(u["time_s"], u["utilisation"], strict=True)]
-    return step_lines_spec("GPU utilisation over time (seed 0)", "hours", "% GPUs busy", "busy_pct", rows,
-                           list(results), 320)
-
-
-def gpu_hours_spec(results: dict) -> dict:
-    """GPU-hours per GPU type (mean over seeds of SimResult.gpu_hours_by_type), one bar per policy in each group."""
-    rows = []
-    for name, res in results.items():
-        per = [r.gpu_hours_by_type() for r in res.results]
-        rows += [{"policy": name, "gpu_type": t, "gpu_hours": float(np.mean([p.get(t, 0.0) for p in per]))}
-                 for t in per[0]]
-    names = list(results)
-    return chart("GPU-hours per GPU type (mean over seeds)", 320, [{
-        "data": {"values": rows}, "mark": {"type": "bar"},
-        "encoding": {"x": {"field": "gpu_type", "type": "nominal", "sort": None, "title": None,
-                           "axis": {"labelAngle": 0}},
-                     "xOffset": {"field": "policy", "type": "nominal", "sort": names},
-                     "y": {"field": "gpu_hours", "type": "quantitative", "title": "GPU-hours"},
-                     "color": policy_colour(names),
-                     "tooltip": [{"field": "policy"}, {"field": "gpu_type", "title": "GPU type"},
-                                 {"field": "gpu_hours", "title": "GPU-hours", "format": ",.1f"}]}}])
-
-
-def oom_spec(results: dict) -> dict:
-    """Out-of-memory failures per run (mean over seeds) per policy, with the 95% CI as an error bar."""
-    rows = []
-    for name, res in results.items():
-        mean, lo, hi = res.ci("oom_failures")
-        rows.append({"policy": name, "failures": num(mean), "ci_low": num(lo), "ci_high": num(hi)})
-    names = list(results)
-    top = max([1.0, *(r["ci_high"] or r["failures"] or 0.0 for r in rows)])  # an axis up to 1 when none failed
-    x = {"field": "policy", "type": "nominal", "sort": names, "title": None, "axis": {"labelAngle": 0}}
-    tooltip = [{"field": "policy"}, {"field": "failures", "format": ".2f"},
-               {"field": "ci_low", "title": "95% CI low", "format": ".2f"},
-               {"field": "ci_high", "title": "95% CI high", "format": ".2f"}]
-    return chart("Out-of-memory failures per run", 320, [
-        {"data": {"values": rows}, "mark": {"type": "bar"},
-         "encoding": {"x": x, "y": {"field": "failures", "type": "quantitative", "title": "failures",
-                                    "axis": {"format": "~g", "tickMinStep": 1}, "scale": {"domainMin": 0, "domainMax": top}},
-                      "color": policy_colour(names, show_legend=False), "tooltip": tooltip}},
-        {"data": {"values": [r for r in rows if r["ci_low"] is not None and r["ci_high"] is not None]},
-         "mark": {"type": "rule", "color": "#263238", "strokeWidth": 1.5},
-         "encoding": {"x": x, "y": {"field": "ci_low", "type": "quantitative"}, "y2": {"field": "ci_high"},
-                      "tooltip": tooltip}},
-    ])
 
 
 st.title("Simulation")
@@ -297,7 +140,7 @@ if trace is not None and not ss.get("sim_results"):
     a.metric("Jobs", len(jobs))
     b.metric("GPU-hours requested", f"{(jobs.num_gpus * jobs.duration_h).sum():,.0f}")
     c.metric("Span of arrivals", f"{jobs.arrival_h.max():.1f} h")
-    draw(st, arrivals_spec(trace), "sim_arrivals")
+    draw(st, charts.arrivals_spec(trace), "sim_arrivals")
     st.info("Choose policies and seeds, then **Run simulation**.")
 
 results = ss.get("sim_results")
@@ -329,8 +172,9 @@ if results:
          "completed")} | {"GPU-hours": st.column_config.NumberColumn(format="%.0f")})
 
     for left_spec, left_key, right_spec, right_key in (
-            (cdf_spec, "sim_cdf", jct_bars_spec, "sim_jct_bars"), (queue_spec, "sim_queue", util_spec, "sim_util"),
-            (gpu_hours_spec, "sim_gpu_hours", oom_spec, "sim_oom")):
+            (charts.cdf_spec, "sim_cdf", charts.jct_bars_spec, "sim_jct_bars"),
+            (charts.queue_spec, "sim_queue", charts.util_spec, "sim_util"),
+            (charts.gpu_hours_spec, "sim_gpu_hours", charts.oom_spec, "sim_oom")):
         left, right = st.columns(2)
         draw(left, left_spec(results), left_key)
         draw(right, right_spec(results), right_key)
