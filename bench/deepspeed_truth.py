@@ -139,31 +139,43 @@ def _row(model_name, config, spec, stage, dp, offload, args, result, provenance,
 
 
 # --- real-GPU peaks DeepSpeed published -----------------------------------------------------------------------------
-# deepspeedai/DeepSpeedExamples training/bf16_master_weight/README.md (added 6a3d817, 2025-12-20), the "Baseline (fp32
-# master)" rows: configs/baseline.json (bf16, ZeRO-3, AdamW, reduce_bucket_size 5e7, stage3_param_persistence_threshold
-# 0, overlap_comm, no torch_autocast) with train.py's SimpleTransformerModel. "Peak Memory" is
+# deepspeedai/DeepSpeedExamples training/bf16_master_weight/README.md, the "Baseline (fp32 master)" rows:
+# configs/baseline.json (bf16, ZeRO-3, AdamW, reduce_bucket_size 5e7, stage3_param_persistence_threshold 0,
+# overlap_comm, no torch_autocast) with train.py's SimpleTransformerModel. "Peak Memory" is
 # torch.cuda.max_memory_allocated() since torch.cuda.reset_peak_memory_stats() at the top of main(), i.e. it includes
 # deepspeed.initialize(); "Allocated Memory" is torch.cuda.memory_allocated() after the last step; both printed by
 # format_memory(): bytes / 1024**3 with two decimals, labelled "GB".
-DSX_COMMIT = "45b4b7156c8794a3452a5a7d03dbd8d797068569"  # DeepSpeedExamples HEAD the files were read at
+# Where each figure is: the four tables are in the README of 516082c (2025-12-04, "add bf16 master weights example",
+# the first commit of pull request #994, reachable as refs/pull/994/head, not on main). The PR was squash-merged as
+# 6a3d817 (2025-12-20), whose README keeps only the activation-checkpointing table ("4xH100"); main's HEAD 45b4b71
+# still has it. train.py and configs/ are byte-identical at 516082c and 6a3d817, so the runs are the same code.
+DSX_PR_COMMIT = "516082c65853d48b50850a05782267f36bcdc170"  # refs/pull/994/head: all four tables
+DSX_MAIN_COMMIT = "45b4b7156c8794a3452a5a7d03dbd8d797068569"  # main HEAD read: the activation-checkpointing table only
 DSX_PATH = "training/bf16_master_weight/README.md"
-# Features of these runs no recipe models (bench/memory_accuracy.py reports such rows apart):
+# Features of these runs no recipe models (bench/memory_accuracy.py reports such rows apart). The run's
+# reduce_bucket_size (5e7) is a TrainingSpec field; stage3_param_persistence_threshold 0 is what the recipe assumes
+# (it keeps no small parameter gathered for good).
 DSX_FEATURES = [
-    "reduce-bucket-size=5e7",  # the recipe assumes DeepSpeed's default 5e8
-    "stage3-param-persistence-threshold=0",  # default 1e5
     "torch-mha-need-weights",  # nn.MultiheadAttention(x, x, x) with need_weights=True: explicit bmm + bf16 softmax
     # (no autocast, no fp32 upcast), packed in_proj copied contiguous, out_proj.weight read as a ZeRO-3 external param
     "bf16-loss-on-kept-logits",  # nn.CrossEntropyLoss on the bf16 logits, the `logits` variable alive in backward
     "peak-includes-initialize",  # the peak window opens before deepspeed.initialize moves the module to the GPU
 ]
-# (id suffix, table, hidden, layers, heads, micro-batch, GPUs, activation checkpointing, peak GiB, allocated GiB)
+DSX_BUCKET = 50_000_000  # configs/baseline.json zero_optimization.reduce_bucket_size
+# (id suffix, table, hidden, layers, heads, micro-batch, GPUs, activation checkpointing, peak GiB, allocated GiB,
+#  commit whose README holds the figure, GPU as that README names it)
 DEEPSPEED_EXAMPLES_TABLE = [
-    ("254m-1gpu", "1-GPU Results", 1024, 12, 16, 4, 1, False, 5.93, 4.14),
-    ("254m-4gpu", "4-GPU Results (per GPU) - 254M Model", 1024, 12, 16, 4, 4, False, 3.57, 1.29),
-    ("6.86b-4gpu", "4-GPU Results (per GPU) - 6.86B Model", 4096, 32, 32, 1, 4, False, 41.28, 25.74),
+    ("254m-1gpu", "1-GPU Results", 1024, 12, 16, 4, 1, False, 5.93, 4.14, DSX_PR_COMMIT, "not stated (bf16 GPU)"),
+    ("254m-4gpu", "4-GPU Results (per GPU) - 254M Model", 1024, 12, 16, 4, 4, False, 3.57, 1.29, DSX_PR_COMMIT,
+     "not stated (bf16 GPU)"),
+    ("6.86b-4gpu", "4-GPU Results (per GPU) - 6.86B Model", 4096, 32, 32, 1, 4, False, 41.28, 25.74, DSX_PR_COMMIT,
+     "not stated (bf16 GPU)"),
     ("6.86b-4gpu-ac", "4-GPU Results (per GPU) - 6.86B Model with Activation Checkpointing", 4096, 32, 32, 1, 4, True,
-     31.38, 25.74),
+     31.38, 25.74, DSX_MAIN_COMMIT, "H100"),
 ]
+PR_NOTE = (" (pull request #994's first commit, refs/pull/994/head; the squash-merged README at 6a3d817 dropped this "
+           "table; train.py and configs/ are identical)")
+MAIN_NOTE = " (on main since 6a3d817; the same figures are in pull request #994's first commit 516082c)"
 DSX_VOCAB, DSX_SEQ = 50000, 512  # train.py defaults (random token ids), --seq_length 512
 
 
@@ -171,7 +183,7 @@ def deepspeed_examples_rows() -> list[dict]:
     from real_gpu_peaks import split_of
 
     out = []
-    for suffix, table, h, layers, heads, b, gpus, ac, peak_gib, alloc_gib in DEEPSPEED_EXAMPLES_TABLE:
+    for suffix, table, h, layers, heads, b, gpus, ac, peak_gib, alloc_gib, commit, gpu in DEEPSPEED_EXAMPLES_TABLE:
         # SimpleTransformerModel: token + position embeddings, post-LN blocks (nn.MultiheadAttention, LayerNorm,
         # Linear-GELU-Linear 4h, all with biases), an untied output_proj with bias, no final norm
         spec = dict(name=f"dsx-simple-transformer-{layers}x{h}", vocab_size=DSX_VOCAB, hidden_size=h, num_layers=layers,
@@ -180,19 +192,20 @@ def deepspeed_examples_rows() -> list[dict]:
         recompute = "full" if ac else "none"
         training = dict(seq_len=DSX_SEQ, global_batch=b * gpus, micro_batch=b, precision="bf16-master",
                         optimizer="adamw-fused", zero_stage=3, recompute=recompute, attention="eager", dropout=0.0,
-                        framework="deepspeed")
+                        framework="deepspeed", reduce_bucket_size=DSX_BUCKET)
         row = dict(
             id=f"dsx:bf16_master_weight:{suffix}:baseline", framework="deepspeed", split=None,
             source=f"deepspeedai/DeepSpeedExamples {DSX_PATH} (table '{table}', row 'Baseline (fp32 master)', column "
-                   f"'Peak Memory') at commit {DSX_COMMIT}; train.py prints torch.cuda.max_memory_allocated() / 1024**3",
+                   f"'Peak Memory') at commit {commit}{PR_NOTE if commit == DSX_PR_COMMIT else MAIN_NOTE}; train.py "
+                   f"prints torch.cuda.max_memory_allocated() / 1024**3",
             source_repo="deepspeedai/DeepSpeedExamples", source_path=DSX_PATH,
             source_config_path="training/bf16_master_weight/configs/baseline.json + train.py (SimpleTransformerModel)",
-            source_commit=DSX_COMMIT, test_type="published example",
+            source_commit=commit, test_type="published example" if commit == DSX_MAIN_COMMIT else "published in a PR",
             quoted=f"{table}: Baseline (fp32 master) | Allocated Memory {alloc_gib} GB | Peak Memory {peak_gib} GB",
             measured_bytes=round(peak_gib * 2**30), measured_kind="max_memory_allocated",
             measured_rank="one rank's SUMMARY line (gather_memory.py); ZeRO-3 ranks are symmetric",
             allocated_after_run_bytes=round(alloc_gib * 2**30),
-            run_config=dict(reduce_bucket_size=50_000_000, stage3_param_persistence_threshold=0, overlap_comm=True,
+            run_config=dict(reduce_bucket_size=DSX_BUCKET, stage3_param_persistence_threshold=0, overlap_comm=True,
                             contiguous_gradients=True, vocab_size=DSX_VOCAB, logits_kept_dtype_bytes=2),
             model=f"DeepSpeedExamples SimpleTransformerModel: hidden {h}, {layers} post-LN layers, {heads} heads, GELU "
                   f"ffn {4 * h}, vocab {DSX_VOCAB}, learned positions {DSX_SEQ}, untied output_proj with bias",
@@ -203,7 +216,7 @@ def deepspeed_examples_rows() -> list[dict]:
             recompute="torch.utils.checkpoint per block (use_reentrant=False)" if ac else "none",
             attention="nn.MultiheadAttention (explicit bmm + softmax in bf16, non-causal)", dropout="none",
             framework_detail="DeepSpeed ZeRO-3, overlap_comm, contiguous_gradients, loss.backward() + engine.step()",
-            gpu=f"not stated (bf16 GPU) x{gpus}", world_size=gpus, training=training,
+            gpu=f"{gpu} x{gpus}", world_size=gpus, training=training,
             parallel=dict(dp=gpus, tp=1, pp=1, vp=None, cp=1, ep=1), features=list(DSX_FEATURES),
             in_shared_reference=False,
         )

@@ -42,7 +42,7 @@ from frenzy_core.memory import (  # noqa: E402
     zero_model_states_at_step,
 )
 from frenzy_core.models import ZOO, ModelSpec  # noqa: E402
-from frenzy_core.recipes import get_recipe  # noqa: E402
+from frenzy_core.recipes import get_recipe, run_recipe  # noqa: E402
 from frenzy_core.training import Parallelism, TrainingSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,10 +67,9 @@ FEATURES_NOT_MODELLED = (
     "account-for-embedding-in-pipeline-split", "account-for-loss-in-pipeline-split",
     "num-distributed-optimizer-instances",  # replicated distributed-optimizer instances
     "force-recompute-fp8-weight-in-bwd",
-    # DeepSpeed runs (bench/deepspeed_truth.py DSX_FEATURES): non-default buckets / persistence, torch's
-    # nn.MultiheadAttention with need_weights, a bf16 loss on kept logits, a peak window that includes initialize
-    "reduce-bucket-size", "stage3-param-persistence-threshold", "torch-mha-need-weights", "bf16-loss-on-kept-logits",
-    "peak-includes-initialize",
+    # DeepSpeed runs (bench/deepspeed_truth.py DSX_FEATURES): torch's nn.MultiheadAttention with need_weights, a
+    # bf16 loss on kept logits, a peak window that includes initialize (the run's bucket is TrainingSpec's)
+    "torch-mha-need-weights", "bf16-loss-on-kept-logits", "peak-includes-initialize",
 )
 EXPERT_TP_FEATURE = "expert-tensor-parallel-size="  # Megatron --expert-tensor-parallel-size: Parallelism.etp
 GROUPED_GEMM_FEATURE = "moe-grouped-gemm=True"  # Megatron --moe-grouped-gemm: TrainingSpec.moe_grouped_gemm
@@ -329,7 +328,7 @@ def deepspeed_resting_states(rows: list[dict]) -> list[dict]:
         opt_state, _ = training.optimizer_bytes(ps)
         states = sum(model_state_bytes(model.parameter_count(), ps, opt_state, training.zero_stage, par.dp))
         cfg = row["run_config"]
-        bucket = cfg["reduce_bucket_size"] * ps.param_bytes  # stage3.py: allocated once, alive after the step
+        bucket = run_recipe(training).reduce_bucket_elements * ps.param_bytes  # stage3.py: allocated once, kept
         logits = training.micro_batch * training.seq_len * cfg["vocab_size"] * cfg["logits_kept_dtype_bytes"]
         predicted = states + bucket + logits + DEFAULT_OVERHEAD.workspace_bytes
         out.append({"id": row["id"], "split": row["split"], "measured": row["allocated_after_run_bytes"],
@@ -338,20 +337,15 @@ def deepspeed_resting_states(rows: list[dict]) -> list[dict]:
 
 
 def deepspeed_real_gpu(rows: list[dict], compared: list[dict]) -> list[dict]:
-    """Each published DeepSpeed peak: the recipe's error as is, and with the run's own reduce_bucket_size in place of
-    the default (ZeRO-3 holds its bucket in every phase, stage3.py _setup_for_real_optimizer: the swap is exact)."""
-    recipe = get_recipe("deepspeed")
+    """Each published DeepSpeed peak with the recipe's error and where the recipe puts the peak."""
     by_id = {r["id"]: r for r in rows}
     out = []
     for c in compared:
         row = by_id[c["id"]]
         if row["framework"] != "deepspeed" or "err" not in c:
             continue
-        model, training, _ = _row_specs(row)
-        ps = recipe.precision_setup(training.precision)
-        bucket = row.get("run_config", {}).get("reduce_bucket_size", recipe.reduce_bucket_elements)
-        swap = (recipe.reduce_bucket_elements - bucket) * ps.param_bytes if training.zero_stage >= 3 else 0
-        out.append({**c, "err_run_bucket": (c["predicted"] - swap) / c["measured"] - 1})
+        model, training, par = _row_specs(row)
+        out.append({**c, "peak_phase": predict_memory(model, training, par).peak_phase})
     return out
 
 
@@ -431,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     print("deepspeed recipe vs the peaks DeepSpeed published (max_memory_allocated; every row has unmodelled features)")
     for r in ds_real:
         print(f"  {r['id']:58s} {r['split']:11s} {r['measured'] / 2**30:7.2f} GiB  predicted "
-              f"{r['predicted'] / 2**30:7.2f}  {r['err']:+7.2%}  with the run's bucket {r['err_run_bucket']:+7.2%}")
+              f"{r['predicted'] / 2**30:7.2f}  {r['err']:+7.2%}  (recipe's peak: {r['peak_phase']})")
     print("deepspeed resting ZeRO-3 states vs memory_allocated() after the run (published DeepSpeed runs)")
     for r in resting:
         print(f"  {r['id']:58s} {r['split']:11s} {r['measured'] / 2**30:7.2f} GiB  predicted "
@@ -439,8 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     result["deepspeed"] = {
         "estimators": ds_estimators,
         "real_gpu": frameworks.get("deepspeed", {}),
-        "real_gpu_rows": {r["id"].split(":")[2]: {"split": r["split"], "err": round(r["err"], 5),
-                                                   "err_run_bucket": round(r["err_run_bucket"], 5)} for r in ds_real},
+        "real_gpu_rows": {r["id"].split(":")[2]: {"split": r["split"], "err": round(r["err"], 5)} for r in ds_real},
         "resting_states": {"rows": len(resting),
                            "median_abs_err": round(statistics.median(abs(r["err"]) for r in resting), 5)
                            if resting else None,

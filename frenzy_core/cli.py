@@ -66,6 +66,17 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                      "express, e.g. GELU with GQA); see docs/models.md")
 
 
+def _elements(text: str) -> int:
+    """A count of elements as DeepSpeed's JSON writes it: 50000000 or 5e7 (a whole, finite, non-negative number)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of elements such as 5e7, got {text!r}") from None
+    if not (value == value and abs(value) != float("inf")) or value != int(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number of elements such as 5e7, got {text!r}")
+    return int(value)
+
+
 def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per sample (default 1024)")
     if split:
@@ -93,6 +104,11 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
     p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
     p.add_argument("--moe-grouped-gemm", action="store_true", help="Megatron --moe-grouped-gemm (TE GroupedLinear)")
+    for flag, default in (("reduce-bucket-size", "5e8"), ("stage3-max-live-parameters", "1e9"),
+                          ("stage3-max-reuse-distance", "1e9")):
+        p.add_argument(f"--{flag}", type=_elements, default=0, metavar="N",
+                       help=f"DeepSpeed zero_optimization.{flag.replace('-', '_')} in elements (framework deepspeed; "
+                            f"0: DeepSpeed's default {default})")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
     p.add_argument("--framework", default="pytorch",
                    choices=["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"],
@@ -130,6 +146,8 @@ def _training(args, dp: int = 1):
         recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
         fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,
+        reduce_bucket_size=args.reduce_bucket_size, stage3_max_live_parameters=args.stage3_max_live_parameters,
+        stage3_max_reuse_distance=args.stage3_max_reuse_distance,
     )
 
 

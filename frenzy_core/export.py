@@ -171,6 +171,10 @@ def deepspeed_config(model, training, plan, cluster, tokens) -> dict:
         "optimizer": {"type": "AdamW" if training.optimizer != "sgd" else "SGD", "params": {"lr": 3e-4}},
         "steps_per_print": 100,
     }
+    # the run's own bucket / live / reuse sizes (0: DeepSpeed's defaults, left out)
+    for field in ("reduce_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance"):
+        if getattr(training, field):
+            cfg["zero_optimization"][field] = getattr(training, field)
     if training.recompute != "none":
         cfg["activation_checkpointing"] = {"partition_activations": plan.tp > 1, "cpu_checkpointing": False,
                                            "contiguous_memory_optimization": False}

@@ -186,7 +186,11 @@ def divisors(n: int) -> list[int]:
 MODEL_LIMITS = {"vocab_size": MAX_VOCAB, "hidden_size": MAX_HIDDEN, "num_layers": MAX_LAYERS, "num_heads": MAX_HEADS,
                 "num_kv_heads": MAX_HEADS, "ffn_size": MAX_HIDDEN, "max_positions": MAX_SEQ_LEN,
                 "num_experts": MAX_EXPERTS, "moe_top_k": MAX_EXPERTS, "expert_ffn_size": MAX_HIDDEN}
-TRAINING_LIMITS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH}
+# DeepSpeed buffer sizes in elements: 10^12 is a 2 TB bf16 bucket, far above any GPU
+MAX_DEEPSPEED_ELEMENTS = 10**12
+TRAINING_LIMITS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
+                   "reduce_bucket_size": MAX_DEEPSPEED_ELEMENTS, "stage3_max_live_parameters": MAX_DEEPSPEED_ELEMENTS,
+                   "stage3_max_reuse_distance": MAX_DEEPSPEED_ELEMENTS}
 
 
 def check_upper_limits(obj: Any, limits: dict[str, int]) -> None:

@@ -26,8 +26,9 @@ from pydantic import ValidationError
 
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ModelSpec
-from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, block_recipe, get_recipe
+from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, block_recipe, get_recipe, run_recipe
 from frenzy_core.training import (
+    DEEPSPEED_FIELDS,
     UNKNOWN_FRAMEWORK,
     Parallelism,
     PrecisionSetup,
@@ -264,8 +265,11 @@ def _known_frameworks(training: TrainingSpec) -> list[TrainingSpec]:
     """`training` under every framework that can run it (Megatron has no autocast mode, FSDP2 no ZeRO-1/2)."""
     specs = []
     for name in FRAMEWORKS:
+        fields = {**training.model_dump(), "framework": name}
+        if name != "deepspeed":  # DeepSpeed's own buffer sizes mean nothing to the other stacks
+            fields.update(dict.fromkeys(DEEPSPEED_FIELDS, 0))
         try:
-            specs.append(TrainingSpec(**{**training.model_dump(), "framework": name}))
+            specs.append(TrainingSpec(**fields))
         except ValidationError:
             continue
     return specs
@@ -749,7 +753,7 @@ def _candidate_stages(model: ModelSpec, p):
 
 def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1, etp=0):
     """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
-    recipe = get_recipe(training.framework)
+    recipe = run_recipe(training)  # with the run's own DeepSpeed bucket and live-parameter sizes
     blocks = block_recipe(recipe, training)  # what runs inside the transformer blocks (compiled or eager)
     ps = recipe.precision_setup(training.precision)
     d, t, p, b, c, v, e = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp, ep))
@@ -905,7 +909,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             grads_persist = False  # DeepSpeed ZeRO-1/2: step() freed them; only earlier micro-batches' remain
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et, shard, offload == "params"
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
@@ -993,7 +997,7 @@ def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int)
     >>> {k: v / ZOO["gpt2"].parameter_count() for k, v in got.items()}  # 2 + 18 B/param and torch.cat's copy
     {'params': 2.0, 'grads': 2.0, 'master_and_states': 12.0, 'fp32_grads': 4.0, 'flatten_copy': 2.0}
     """
-    recipe = get_recipe(training.framework)
+    recipe = run_recipe(training)
     zero = effective_zero_stage(training)
     if not (recipe.zero_fp32_grad_partition and zero >= 1):
         raise SpecError("zero_stage", f"DeepSpeed ZeRO's step terms need framework deepspeed and zero_stage 1, 2 or 3, "
@@ -1016,7 +1020,8 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
     return ps.compute_copy_bytes if recipe.autocast else 0
 
 
-def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage, etp=None):
+def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage, etp=None, shard=2.0,
+                    params_offloaded=False):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -1027,6 +1032,8 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     parameters have no autocast cache. Gathered: the layer computing plus the one prefetched (FSDP2), or up to
     stage3_max_live_parameters elements (DeepSpeed); on the last stage the LM head's unit too. The second value is
     what a recomputed layer adds: its autocast copies, or (FSDP2) the prefetched block not yet gathered at the loss.
+    DeepSpeed over `shard` = 1 rank gathers nothing (the partition is the whole parameter) unless the partition is
+    offloaded to the CPU (NoGatherHandle copies it to the GPU).
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
@@ -1041,7 +1048,12 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     stage_layer_weights = n_dense * dense_layer + n_moe * moe_layer
     gathered = np.minimum(recipe.zero3_gathered_layers * largest, stage_layer_weights)
     if recipe.max_live_parameters:
-        gathered = np.minimum(recipe.max_live_parameters, stage_layer_weights)
+        # DeepSpeed (partitioned_param_coordinator.py): the forward's last max(max_live, max_reuse / 2) elements, LM
+        # head and, once the whole model fits, the embedding among them (real DeepSpeed: bench/deepspeed_zero3_cpu.py)
+        # DeepSpeed keeps whole modules: at least the forward's last one, the LM head
+        window = np.maximum(np.maximum(recipe.max_live_parameters, recipe.max_reuse_distance / 2), head)
+        gathered = np.minimum(window, stage_layer_weights + head + _root_embedding(model, t, stage, last))
+        head = 0.0 * head
     # torchtitan apply_fsdp keeps the last block unsharded after forward; the next block is prefetched only from a
     # block's pre_backward, so while the loss' backward runs fewer layers are gathered than in a block's backward
     at_loss = gathered
@@ -1052,7 +1064,33 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
         at_loss = np.where(p > 1, stage_layer_weights, at_loss)
     if recipe.root_unit_unsharded:  # the root unit's embedding (untied: a matrix of its own) stays unsharded too
         head = head + _root_embedding(model, t, stage, last)
+    if recipe.zero3_no_gather_unsharded and not params_offloaded:
+        # partition_parameters.py _no_gather_coalesced -> NoGatherHandle: param.data = ds_tensor.data.to(device), the
+        # same tensor when the partition is already on the GPU
+        one_rank = np.asarray(shard) == 1
+        gathered, at_loss, head = (np.where(one_rank, 0.0, x) for x in (gathered, at_loss, head))
     return (at_loss + head) * ps.activation_bytes, (gathered - at_loss) * ps.activation_bytes
+
+
+def zero3_gathered_elements(model: ModelSpec, training: TrainingSpec, par: Parallelism | None = None) -> float:
+    """Parameter elements the detailed method counts as gathered (unsharded) at the start of backward on the last
+    pipeline stage under ZeRO-3 / FSDP, LM head included: the `transient` term beside DeepSpeed's bucket.
+
+    >>> from frenzy_core.models import ZOO
+    >>> ds = TrainingSpec(framework="deepspeed", zero_stage=3, global_batch=8)
+    >>> ZOO["gpt2"].parameter_count() - zero3_gathered_elements(ZOO["gpt2"], ds, Parallelism(dp=8))  # all but wpe, ln_f
+    787968.0
+    >>> zero3_gathered_elements(ZOO["gpt2"], ds, Parallelism(dp=1))  # one rank: the partition is the parameter
+    0.0
+    """
+    par = par or Parallelism()
+    recipe = run_recipe(training)
+    ps = recipe.precision_setup(training.precision)
+    p = float(par.pp)
+    at_loss, _ = _compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True),
+                                 training.recompute == "full", float(par.ep), p - 1, float(par.expert_tp),
+                                 float(par.dp * par.cp), training.offload == "params")
+    return float(at_loss) / ps.activation_bytes
 
 
 def _idle_pools(reduce_scatter_pool, all_gather_pool, alive_grads):

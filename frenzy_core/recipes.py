@@ -31,6 +31,7 @@ MEGATRON_VOCAB_PARALLEL_CE_BYTES = FP32_BYTES + BF16_BYTES  # = 6
 # --- DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig) -------------------------------
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size = 5e8
 DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters = 1e9
+DEEPSPEED_STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance = 1e9
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000  # sub_group_size = 1e9: ZeRO-3 steps the optimizer one sub-group at a time
 
 
@@ -53,6 +54,7 @@ class Recipe:
     grads_alive_at_peak: bool  # the (sharded) gradients of the previous step or micro-batch are counted at the peak
     reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
     max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
+    max_reuse_distance: int = 0  # DeepSpeed ZeRO-3: parameters reused within this many elements stay gathered
     fp32_router_input: bool = False  # the MoE router casts its input to fp32 first (HF DeepSeek-V2/V3 routers)
     zero3_layers_at_loss: int = 0  # layers unsharded while the loss' backward runs (0: zero3_gathered_layers)
     side_stream_pools: bool = False  # FSDP2: sharded grads and all-gather buffers live in side-stream pools
@@ -67,6 +69,7 @@ class Recipe:
     zero12_grads_freed_in_step: bool = False  # ZeRO-1/2 free every gradient in step(): a new step starts with none
     zero3_persistent_bucket: bool = False  # ZeRO-3 allocates its gradient bucket once, alive through the step too
     sub_group_elements: int = 0  # ZeRO-3 casts and steps this many elements of the partition at a time (0: all)
+    zero3_no_gather_unsharded: bool = False  # ZeRO-3 over one rank: the partition is the parameter, nothing gathered
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -186,8 +189,14 @@ RECIPES: dict[str, Recipe] = {
         residual_in_compute_dtype=True,
         # stage_1_and_2.py backward(): ipg_buffer = torch.empty(reduce_bucket_size, dtype=param dtype)
         reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
-        # stage3.py / partitioned_param_coordinator.py: gathered params kept up to stage3_max_live_parameters
+        # partitioned_param_coordinator.py fetch_sub_module: prefetch stops at stage3_max_live_parameters available
+        # elements, and a parameter the prefetch scan met AVAILABLE further on in the trace is not released
+        # (__params_to_release); at backward start the last ~max_live elements of the forward are still gathered
+        # (real DeepSpeed 0.19.8 on 2 CPU ranks: bench/deepspeed_zero3_cpu.py, tests/data/deepspeed_zero3_cpu.jsonl)
         max_live_parameters=DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS,
+        # partitioned_param_coordinator.py __params_to_release: a parameter met again within max_reuse_distance
+        # elements of the trace is kept; the forward's last layers are met again in backward at twice their size
+        max_reuse_distance=DEEPSPEED_STAGE3_MAX_REUSE_DISTANCE,
         # stage_1_and_2.py step(): flat_grad_partition = self.flatten(averaged_gradients[i]) (param dtype), then
         # single_grad_partition = flat_grad_partition.to(fp32), `del flat_grad_partition`, optimizer step, `.grad = None`;
         # stage3.py _prepare_fp32_grad_for_sub_group: the same per sub-group (the estimators' "4_grads_32bit")
@@ -201,6 +210,9 @@ RECIPES: dict[str, Recipe] = {
         zero3_persistent_bucket=True,
         # stage3.py step(): for each sub_group: _prepare_sub_group (fp32 grad), _optimizer_step, _release_sub_group
         sub_group_elements=DEEPSPEED_SUB_GROUP_ELEMENTS,
+        # partition_parameters.py Init._convert_to_deepspeed_param all_gather_coalesced: when every parameter's
+        # partition world size is 1 it returns _no_gather_coalesced(params), which only flips ds_status: no buffer
+        zero3_no_gather_unsharded=True,
     ),
 }
 
@@ -218,6 +230,24 @@ def block_recipe(recipe: Recipe, training) -> Recipe:
     if getattr(training, "compile", False):
         return replace(recipe, unfused_rmsnorm=False)
     return recipe
+
+
+def run_recipe(training) -> Recipe:
+    """The recipe of `training.framework` with the run's own DeepSpeed zero_optimization values
+    (`TrainingSpec.reduce_bucket_size`, `stage3_max_live_parameters`, `stage3_max_reuse_distance`; 0 keeps
+    DeepSpeed's defaults).
+
+    >>> run_recipe(type("T", (), {"framework": "deepspeed", "reduce_bucket_size": 50_000_000,
+    ...                           "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0})()).reduce_bucket_elements
+    50000000
+    """
+    recipe = get_recipe(training.framework)
+    if recipe.name != "deepspeed":
+        return recipe
+    bucket = getattr(training, "reduce_bucket_size", 0) or recipe.reduce_bucket_elements
+    live = getattr(training, "stage3_max_live_parameters", 0) or recipe.max_live_parameters
+    reuse = getattr(training, "stage3_max_reuse_distance", 0) or recipe.max_reuse_distance
+    return replace(recipe, reduce_bucket_elements=bucket, max_live_parameters=live, max_reuse_distance=reuse)
 
 
 def get_recipe(framework: str) -> Recipe:

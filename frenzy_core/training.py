@@ -77,6 +77,9 @@ OPTIMIZER_STATE_BYTES: dict[str, float] = {"adamw": 8, "adamw-fused": 8, "adamw-
 OPTIMIZER_TRANSIENT_BYTES: dict[str, int] = {"adamw": 4, "adamw-fused": 0, "adamw-8bit": 0, "sgd": 0}
 
 
+DEEPSPEED_FIELDS = ("reduce_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance")
+
+
 class TrainingSpec(BaseModel):
     """How the model is trained: shapes of a step and the memory-relevant switches."""
 
@@ -103,6 +106,11 @@ class TrainingSpec(BaseModel):
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
+    # DeepSpeed zero_optimization values of the run (deepspeed/runtime/zero/config.py), in elements; 0: DeepSpeed's
+    # default (5e8, 1e9, 1e9). Only the deepspeed recipe reads them.
+    reduce_bucket_size: int = 0  # the contiguous gradient bucket (ZeRO-1/2: per backward; ZeRO-3: allocated once)
+    stage3_max_live_parameters: int = 0  # ZeRO-3: the prefetch stops at this many available elements
+    stage3_max_reuse_distance: int = 0  # ZeRO-3: a parameter used again within this many elements is not released
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -139,6 +147,13 @@ class TrainingSpec(BaseModel):
             raise ValueError(
                 f"moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {self.framework}"
             )
+        for field in DEEPSPEED_FIELDS:
+            value = getattr(self, field)
+            if value < 0:
+                raise ValueError(f"{field} must be 0 (DeepSpeed's default) or a positive number of elements, got {value}")
+            if value and self.framework not in ("deepspeed", UNKNOWN_FRAMEWORK):
+                raise ValueError(f"{field} is a DeepSpeed zero_optimization setting: use framework deepspeed (or leave "
+                                 f"it 0), got framework {self.framework}")
         if self.compile and self.moe_grouped_gemm:
             raise ValueError("compile (torchtitan, fsdp2) and moe_grouped_gemm (Megatron) belong to different stacks")
         if self.moe_grouped_gemm and self.precision == "amp":

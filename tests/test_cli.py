@@ -149,3 +149,20 @@ def test_memory_compile_flag_drops_the_uncompiled_sac_outputs(capsys):
 def test_memory_compile_needs_fsdp2(capsys):
     code, _, err = run(capsys, "memory", "--model", "gpt2", "--seq-len", "1024", "--framework", "hf", "--compile")
     assert code == 2 and "compile" in err and len(err.strip().splitlines()) == 1
+
+
+def test_memory_deepspeed_sizes_take_deepspeeds_notation_and_move_the_bucket(capsys):
+    # --reduce-bucket-size 5e7 (DeepSpeed's JSON notation) takes (5e8 - 5e7) x 2 B (bf16 params) off a ZeRO-3 peak
+    base = ["memory", "--model", "gpt2", "--framework", "deepspeed", "--zero", "3", "--dp", "4", "--global-batch", "8",
+            "--precision", "bf16-master", "--json"]
+    _, default, _ = run(capsys, *base)
+    code, small, _ = run(capsys, *base, "--reduce-bucket-size", "5e7")
+    assert code == 0
+    assert json.loads(default)["allocated_bytes"] - json.loads(small)["allocated_bytes"] == 450_000_000 * 2
+    for bad in ("nan", "1.5", "lots"):
+        with pytest.raises(SystemExit) as exit_:
+            main([*base, "--stage3-max-live-parameters", bad])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "--stage3-max-live-parameters" in err and "number of elements" in err
+    code, _, err = run(capsys, "memory", "--model", "gpt2", "--reduce-bucket-size", "5e7")
+    assert code == 2 and "use framework deepspeed" in err and err.count("\n") == 1

@@ -214,3 +214,14 @@ def test_cli_deadline_and_budget_filter_the_json(capsys):
 def test_cli_bad_deadline_exits_2_naming_it(capsys):
     code, _, err = _cli(capsys, "plans", "--global-batch", "8", "--cluster", "x.yaml", "--deadline", "soon")
     assert code == 2 and "deadline" in err and err.count("\n") == 1
+
+
+def test_deepspeed_config_carries_the_runs_own_bucket_and_live_sizes():
+    # TrainingSpec's DeepSpeed sizes go to zero_optimization under DeepSpeed's own key names; 0 leaves the default
+    ds = TRAIN.model_copy(update={"framework": "deepspeed", "reduce_bucket_size": 50_000_000,
+                                  "stage3_max_reuse_distance": 2_000_000_000})
+    zero = json.loads(export_plan("deepspeed", MODEL, ds, SPREAD, CLUSTER, TOKENS))["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 50_000_000 and zero["stage3_max_reuse_distance"] == 2_000_000_000
+    assert "stage3_max_live_parameters" not in zero
+    plain = json.loads(export_plan("deepspeed", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS))["zero_optimization"]
+    assert set(plain) == {"stage"}
