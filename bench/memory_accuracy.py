@@ -214,17 +214,18 @@ def _row_specs(row: dict) -> tuple[ModelSpec, TrainingSpec, Parallelism]:
     return ModelSpec(**row["model_spec"]), TrainingSpec(**training), split
 
 
-def predicted_as_measured(row: dict) -> int:
-    """The prediction of the number the row measured: last-stage allocated, reserved, or nvidia-smi total."""
+def predicted_as_measured(row: dict) -> tuple[int, str]:
+    """The prediction of the number the row measured (last-stage allocated, reserved, or nvidia-smi total) and the
+    phase the recipe puts the peak in."""
     model, training, par = _row_specs(row)
     got = predict_memory(model, training, par)
     kind = row["measured_kind"]
     if kind == "max_memory_allocated":
         last_rank = "last" in row.get("measured_rank", "last")
-        return got.per_stage_allocated_bytes[-1] if last_rank else got.allocated_bytes
+        return (got.per_stage_allocated_bytes[-1] if last_rank else got.allocated_bytes), got.peak_phase
     if kind == "max_memory_reserved":
-        return got.reserved_bytes
-    return got.total_bytes
+        return got.reserved_bytes, got.peak_phase
+    return got.total_bytes, got.peak_phase
 
 
 def compare_real_gpu(rows: list[dict]) -> list[dict]:
@@ -237,7 +238,7 @@ def compare_real_gpu(rows: list[dict]) -> list[dict]:
         entry = {"id": row["id"], "framework": row["framework"] + moe, "split": row["split"], "unmodelled": unmodelled,
                  "measured": row["measured_bytes"], "kind": row["measured_kind"]}
         try:
-            entry["predicted"] = predicted_as_measured(row)
+            entry["predicted"], entry["peak_phase"] = predicted_as_measured(row)
         except (SpecError, ValueError) as err:  # e.g. an uneven pipeline split: not expressible yet
             entry["skipped"] = str(err).splitlines()[0][:120]
             out.append(entry)
@@ -336,17 +337,9 @@ def deepspeed_resting_states(rows: list[dict]) -> list[dict]:
     return out
 
 
-def deepspeed_real_gpu(rows: list[dict], compared: list[dict]) -> list[dict]:
-    """Each published DeepSpeed peak with the recipe's error and where the recipe puts the peak."""
-    by_id = {r["id"]: r for r in rows}
-    out = []
-    for c in compared:
-        row = by_id[c["id"]]
-        if row["framework"] != "deepspeed" or "err" not in c:
-            continue
-        model, training, par = _row_specs(row)
-        out.append({**c, "peak_phase": predict_memory(model, training, par).peak_phase})
-    return out
+def deepspeed_real_gpu(compared: list[dict]) -> list[dict]:
+    """The published DeepSpeed peaks among the compared rows (each with its error and the recipe's peak phase)."""
+    return [c for c in compared if c["framework"] == "deepspeed" and "err" in c]
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -421,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     for group, st in ds_estimators.items():
         print(f"  {group:24s} rows {st['rows']:3d}  median |err| {st['median_abs_err']:7.2%}  "
               f"max |err| after the named differences {st['max_abs_err_after_named']:.1e}")
-    ds_real = deepspeed_real_gpu(_read_jsonl(args.real_gpu), real)
+    ds_real = deepspeed_real_gpu(real)
     print("deepspeed recipe vs the peaks DeepSpeed published (max_memory_allocated; every row has unmodelled features)")
     for r in ds_real:
         print(f"  {r['id']:58s} {r['split']:11s} {r['measured'] / 2**30:7.2f} GiB  predicted "

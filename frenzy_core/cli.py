@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -67,12 +68,14 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _elements(text: str) -> int:
-    """A count of elements as DeepSpeed's JSON writes it: 50000000 or 5e7 (a whole, finite, non-negative number)."""
+    """A count of elements as DeepSpeed's JSON writes it: 50000000 or 5e7 (a whole, finite number)."""
+    from frenzy_core.limits import finite_float
+
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of elements such as 5e7, got {text!r}") from None
-    if not (value == value and abs(value) != float("inf")) or value != int(value):
+        value = finite_float(text, "elements")
+    except SpecError:
+        value = math.nan
+    if not value.is_integer():  # NaN and inf are not integers either
         raise argparse.ArgumentTypeError(f"expected a whole number of elements such as 5e7, got {text!r}")
     return int(value)
 
