@@ -188,7 +188,10 @@ MODEL_LIMITS = {"vocab_size": MAX_VOCAB, "hidden_size": MAX_HIDDEN, "num_layers"
                 "num_experts": MAX_EXPERTS, "moe_top_k": MAX_EXPERTS, "expert_ffn_size": MAX_HIDDEN}
 # DeepSpeed buffer sizes in elements: 10^12 is a 2 TB bf16 bucket, far above any GPU
 MAX_DEEPSPEED_ELEMENTS = 10**12
+# a LoRA rank is at most a linear's width, a chunked loss has at most one chunk per token, and a checkpoint stride
+# at most the layers: past these the terms would only overflow (lora_rank 10^30 used to wrap int64 to 1 GiB)
 TRAINING_LIMITS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_BATCH, "micro_batch": MAX_BATCH,
+                   "lora_rank": MAX_HIDDEN, "loss_chunks": MAX_SEQ_LEN, "recompute_every": MAX_LAYERS,
                    "reduce_bucket_size": MAX_DEEPSPEED_ELEMENTS, "stage3_max_live_parameters": MAX_DEEPSPEED_ELEMENTS,
                    "stage3_max_reuse_distance": MAX_DEEPSPEED_ELEMENTS}
 

@@ -12,7 +12,7 @@ A scenario file looks like::
     user: ml-engineer
     model: llama-2-7b
     training: {seq_len: 2048, global_batch: 512, precision: bf16-master, zero_stage: 1}
-    split: {dp: 2, tp: 4, pp: 1}
+    split: {dp: 2, tp: 4, pp: 1}          # also cp, vp, ep and etp (Parallelism's fields)
     cluster:
       name: lab
       nodes: [{name: h100, gpu_type: H100-80GB, num_gpus: 8, count: 4}]
@@ -140,16 +140,24 @@ class WhatIfSpec(BaseModel):
 
 
 class SplitSpec(BaseModel):
-    """The split the Model & memory page shows: d x t x p."""
+    """The split the Model & memory page shows: d x t x p, and the cp / vp / ep / etp of `Parallelism`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1  # context-parallel ranks
+    vp: int = 1  # interleaved pipeline chunks per rank
+    ep: int = 1  # expert-parallel ranks (MoE)
+    etp: int = 0  # expert tensor parallelism; 0 = tp
 
     def parallelism(self) -> Parallelism:
-        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp)
+        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, vp=self.vp, ep=self.ep, etp=self.etp)
+
+    @classmethod
+    def of(cls, par: Parallelism) -> SplitSpec:
+        return cls(dp=par.dp, tp=par.tp, pp=par.pp, cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp)
 
 
 class Scenario(BaseModel):
@@ -362,7 +370,7 @@ def run_scenario(s: Scenario, *, top: int = 5, simulate: bool = False) -> dict:
     ranked = rank_plans(model, s.training, s.cluster, **s.plans.rank_kwargs())
     out: dict = {
         "scenario": s.name, "user": s.user, "model": model.name, "cluster": s.cluster.name,
-        "memory": {"dp": s.split.dp, "tp": s.split.tp, "pp": s.split.pp, "total_bytes": int(mem.total_bytes),
+        "memory": {**s.split.model_dump(), "total_bytes": int(mem.total_bytes),
                    "peak_phase": mem.peak_phase, "breakdown": {k: int(v) for k, v in mem.components().items()}},
         "plans": {"objective": s.plans.objective, "count": len(ranked),
                   "top": [_plan_row(p) for p in ranked.top(top)],

@@ -12,11 +12,15 @@ from frenzy_core.gpus import CATALOG
 from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, parse_hf_config_text
 from frenzy_core.training import (
     Attention,
+    BaseQuant,
     Framework,
+    LoraTargets,
+    Offload,
     Optimizer,
     Parallelism,
     Precision,
     Recompute,
+    TrainingSpec,
     check_parallelism,
     make_training,
 )
@@ -38,7 +42,17 @@ CHOICE_FIELDS = {
 }
 BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "linear biases"}
 TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
-                   "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout")
+                   "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout",
+                   "recompute_every", "loss_chunks", "offload", "lora_rank", "lora_targets", "base_quant", "fp8_linears",
+                   "compile", "moe_grouped_gemm", "reduce_bucket_size", "stage3_max_live_parameters",
+                   "stage3_max_reuse_distance")
+# Switches that belong to one stack (TrainingSpec refuses them under another): their widgets show for that framework
+# (and for unknown, whose band covers every recipe); hidden, they count as their default, so switching the framework
+# never leaves an error the user cannot reach, and switching back restores the value.
+FRAMEWORK_ONLY = {"compile": "fsdp2", "moe_grouped_gemm": "megatron", "reduce_bucket_size": "deepspeed",
+                  "stage3_max_live_parameters": "deepspeed", "stage3_max_reuse_distance": "deepspeed"}
+SPLIT_FIELDS = ("dp", "tp", "pp", "cp", "vp", "ep", "etp")
+MOE_SPLIT = ("ep", "etp")  # shown for a model with experts; hidden they are 1 and 0 (= t)
 CUSTOM = "(config.json)"
 # Upper bounds a user can type (the widgets refuse larger values with a message); the largest public models sit
 # well inside them (Llama-3.1-405B: h 16,384, 126 layers, vocabulary 128,256).
@@ -87,7 +101,25 @@ def seed_training_widgets() -> None:
     t, p = common.training(), common.par()
     for field in TRAINING_FIELDS:
         ss[f"tr_{field}"] = getattr(t, field)
-    ss.par_dp, ss.par_tp, ss.par_pp = p.dp, p.tp, p.pp
+    for field in SPLIT_FIELDS:
+        ss[f"par_{field}"] = getattr(p, field)
+
+
+def shown(field: str, framework: str) -> bool:
+    """Whether a framework-only switch has a widget under `framework`."""
+    return FRAMEWORK_ONLY.get(field, framework) in (framework, "unknown")
+
+
+def training_fields() -> dict:
+    """TrainingSpec fields from the widgets; a hidden framework-only switch is its default."""
+    framework = ss.tr_framework
+    return {f: ss[f"tr_{f}"] if shown(f, framework) else TrainingSpec.model_fields[f].default
+            for f in TRAINING_FIELDS}
+
+
+def split_fields(moe: bool) -> dict:
+    defaults = {"ep": 1, "etp": 0}
+    return {f: int(ss[f"par_{f}"]) if moe or f not in MOE_SPLIT else defaults[f] for f in SPLIT_FIELDS}
 
 
 def on_zoo_pick() -> None:
@@ -124,21 +156,22 @@ def on_hf_upload() -> None:
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
-def memory_breakdowns(model_json: str, training_json: str, dp: int, tp: int, pp: int) -> dict:
+def memory_breakdowns(model_json: str, training_json: str, split: tuple[int, ...]) -> dict:
     """{method: (components GiB, total GiB, peak phase)} for the detailed and the paper method."""
     from frenzy_core.memory import predict_memory  # imported here: the page still opens if memory is missing
     from frenzy_core.models import ModelSpec as _M
     from frenzy_core.training import TrainingSpec as _T
 
     m, t = _M.model_validate_json(model_json), _T.model_validate_json(training_json)
+    par = Parallelism(**dict(zip(SPLIT_FIELDS, split, strict=True)))
     out = {}
     for method in ("detailed", "paper"):
-        mem = predict_memory(m, t, Parallelism(dp=dp, tp=tp, pp=pp), method=method)
+        mem = predict_memory(m, t, par, method=method)
         out[method] = ({k: common.gib(v) for k, v in mem.components().items()}, common.gib(mem.total_bytes),
                        mem.peak_phase)
     from frenzy_core.memory import predict_memory_band
 
-    low, high = predict_memory_band(m, t, Parallelism(dp=dp, tp=tp, pp=pp))
+    low, high = predict_memory_band(m, t, par)
     out["band"] = (common.gib(low.total_bytes), common.gib(high.total_bytes))
     return out
 
@@ -207,11 +240,60 @@ with left:
     s1.number_input("dropout", min_value=0.0, max_value=0.99, step=0.05, key="tr_dropout")
     s2.checkbox("distributed optimizer", key="tr_distributed_optimizer")
     s2.checkbox("sequence parallel", key="tr_sequence_parallel")
-    st.markdown("**Split** (data × tensor × pipeline)")
+    framework = ss.tr_framework
+    with st.expander("More training options: LoRA, offload, fp8, chunked loss, checkpoint stride"
+                     + {"fsdp2": ", compile", "megatron": ", grouped GEMM", "deepspeed": ", ZeRO buffer sizes",
+                        "unknown": ", stack switches"}.get(framework, "")):
+        e1, e2 = st.columns(2)
+        e1.number_input("LoRA rank", min_value=0, max_value=65_536, step=8, key="tr_lora_rank",
+                        help="PEFT LoRA: the base model is frozen and only rank-r adapters train; 0 = full training")
+        e2.selectbox("LoRA targets", get_args(LoraTargets), key="tr_lora_targets",
+                     help="attention: q/k/v/o projections; all-linear: every linear of the blocks")
+        e1.selectbox("base weights (QLoRA)", get_args(BaseQuant), key="tr_base_quant",
+                     help="nf4 / nf4-dq: the frozen linears stored 4-bit (bitsandbytes); needs a LoRA rank")
+        e2.selectbox("CPU offload", get_args(Offload), key="tr_offload",
+                     help="optimizer: states and gradients on the CPU (ZeRO-Offload); params: the parameters too "
+                          "(ZeRO-3 or fsdp2)")
+        e1.number_input("checkpoint every k layers", min_value=1, max_value=4_096, step=1, key="tr_recompute_every",
+                        help="with recomputation full or op-sac: only every k-th layer is checkpointed "
+                             "(torchtitan ac_freq)")
+        e2.number_input("loss chunks", min_value=1, max_value=65_536, step=1, key="tr_loss_chunks",
+                        help="cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)")
+        e1.checkbox("fp8 linears", key="tr_fp8_linears",
+                    help="Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight")
+        if shown("compile", framework):
+            e2.checkbox("torch.compile", key="tr_compile",
+                        help="torchtitan per-block torch.compile (framework fsdp2): fused norms; selective AC keeps what "
+                             "backward needs")
+        if shown("moe_grouped_gemm", framework):
+            e2.checkbox("MoE grouped GEMM", key="tr_moe_grouped_gemm",
+                        help="framework megatron, MoE models: TE GroupedLinear experts (--moe-grouped-gemm)")
+        if shown("reduce_bucket_size", framework):
+            st.caption("DeepSpeed zero_optimization, in elements; 0 = DeepSpeed's default (5e8, 1e9, 1e9)")
+            d1, d2, d3 = st.columns(3)
+            d1.number_input("reduce_bucket_size", min_value=0, max_value=10**12, step=10_000_000,
+                            key="tr_reduce_bucket_size", help="the contiguous gradient bucket")
+            d2.number_input("stage3_max_live_parameters", min_value=0, max_value=10**12, step=100_000_000,
+                            key="tr_stage3_max_live_parameters",
+                            help="ZeRO-3: the prefetch stops at this many gathered elements")
+            d3.number_input("stage3_max_reuse_distance", min_value=0, max_value=10**12, step=100_000_000,
+                            key="tr_stage3_max_reuse_distance",
+                            help="ZeRO-3: a parameter used again within this many elements stays gathered")
+    moe = int(ss.get("hp_num_experts") or 0) > 0
+    st.markdown("**Split** (data × tensor × pipeline" + (" × context; experts" if moe else " × context") + ")")
     c1, c2, c3 = st.columns(3)
     c1.number_input("d (data)", min_value=1, max_value=1_048_576, step=1, key="par_dp")
     c2.number_input("t (tensor)", min_value=1, max_value=1_024, step=1, key="par_tp")
     c3.number_input("p (pipeline)", min_value=1, max_value=2_048, step=1, key="par_pp")
+    c1.number_input("cp (context)", min_value=1, max_value=1_024, step=1, key="par_cp",
+                    help="context parallelism: each of cp GPUs holds seq_len / cp tokens (ring attention)")
+    c2.number_input("vp (interleave)", min_value=1, max_value=128, step=1, key="par_vp",
+                    help="interleaved 1F1B: each pipeline rank holds vp chunks of layers; needs p > 1")
+    if moe:
+        c3.number_input("ep (experts)", min_value=1, max_value=16_384, step=1, key="par_ep",
+                        help="expert parallelism: each GPU holds num_experts / ep experts, carved out of d x cp")
+        c1.number_input("etp (expert tensor, 0 = t)", min_value=0, max_value=1_024, step=1, key="par_etp",
+                        help="Megatron --expert-tensor-parallel-size; 0 keeps Megatron's default, t")
 
 # --- widgets -> specs; a bad value shows an error and the last good spec stays ----------------------------------------
 base: ModelSpec = ss.base_spec
@@ -227,12 +309,11 @@ try:
 except SpecError as err:
     errors.append(("model", err))
 try:
-    # fields without a widget here (LoRA, offload, ...: set by a scenario) are kept as they are
-    new_training = make_training(**{**common.training().model_dump(), **{f: ss[f"tr_{f}"] for f in TRAINING_FIELDS}})
+    new_training = make_training(**{**common.training().model_dump(), **training_fields()})
 except SpecError as err:
     errors.append(("training", err))
 if new_model is not None and new_training is not None:
-    new_par = Parallelism(dp=int(ss.par_dp), tp=int(ss.par_tp), pp=int(ss.par_pp))
+    new_par = Parallelism(**split_fields(new_model.num_experts > 0))
     try:
         check_parallelism(new_model, new_training, new_par)
         ss.model, ss.training, ss.par = new_model, new_training, new_par
@@ -252,7 +333,7 @@ with right:
         st.caption("Showing the last valid setup until the value above is fixed.")
     m, t, p = common.model(), common.training(), common.par()
     try:
-        result = memory_breakdowns(m.model_dump_json(), t.model_dump_json(), p.dp, p.tp, p.pp)
+        result = memory_breakdowns(m.model_dump_json(), t.model_dump_json(), tuple(getattr(p, f) for f in SPLIT_FIELDS))
     except SpecError as err:
         common.show_error(err, "memory")
         st.stop()
@@ -284,7 +365,7 @@ with right:
         by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
     names = list(dict.fromkeys([*detailed[0], *paper[0]]))
     st.vega_lite_chart(charts.memory_chart(result, names, by_capacity, log_scale,
-                                         [m.name, f"d={p.dp} t={p.tp} p={p.pp}, micro-batch {t.micro_batch}, "
+                                         [m.name, f"{common.split_label(p)}, micro-batch {t.micro_batch}, "
                                                   f"seq {t.seq_len}"], TERM_HELP), key="memory_chart", width="stretch")
     st.table([{"GPU": g.name, "memory GiB": f"{common.gib(g.memory_bytes):.1f}",
                "headroom GiB (detailed)": f"{common.gib(g.memory_bytes) - detailed[1]:.2f}",

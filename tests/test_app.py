@@ -598,3 +598,74 @@ def test_gpu_mix_edited_tables_survive_a_visit_to_another_page(app):
     app.button(key="wi_run").click().run()
     no_failure(app)
     assert list(app.session_state.wi_results["candidate"]) == ["today", "+32 L40S", "+24 A100-80GB"]
+
+
+def test_more_training_options_and_the_context_split_reach_the_core(app):
+    """LoRA, a chunked loss and cp=2 set on the page give exactly the core's figure for those specs."""
+    from frenzy_core.memory import GIB, predict_memory
+
+    open_page(app, "pages/model_memory.py")
+    before = metric(app, "Peak per GPU")
+    app.number_input(key="tr_lora_rank").set_value(16)
+    app.number_input(key="tr_loss_chunks").set_value(8)
+    app.number_input(key="par_cp").set_value(2).run()
+    no_failure(app)
+    m, t, p = app.session_state.model, app.session_state.training, app.session_state.par
+    assert (t.lora_rank, t.loss_chunks, p.cp) == (16, 8, 2)
+    want = predict_memory(m, t, p).total_bytes / GIB
+    assert metric(app, "Peak per GPU") == f"{want:.3g} GiB" != before
+    # LoRA freezes the base: with an adapter of rank 16 the peak is far under full training's
+    assert want < predict_memory(m, t.model_copy(update={"lora_rank": 0}), p).total_bytes / GIB / 2
+    app.number_input(key="par_vp").set_value(2).run()  # interleaving needs p > 1: an error naming vp
+    assert any("vp" in e for e in errors(app)) and app.session_state.par.vp == 1
+
+
+def test_stack_switches_show_only_under_their_framework_and_never_strand_an_error(app):
+    open_page(app, "pages/model_memory.py")
+    def widgets():
+        return {w.key for w in app.number_input} | {w.key for w in app.checkbox}
+
+    assert not {"tr_reduce_bucket_size", "tr_compile", "tr_moe_grouped_gemm"} & widgets()
+    app.selectbox(key="tr_framework").set_value("deepspeed").run()
+    app.selectbox(key="tr_zero_stage").set_value(3).run()
+    app.number_input(key="tr_reduce_bucket_size").set_value(50_000_000)
+    app.number_input(key="tr_stage3_max_live_parameters").set_value(2_000_000_000).run()
+    no_failure(app)
+    t = app.session_state.training
+    assert (t.framework, t.reduce_bucket_size, t.stage3_max_live_parameters) == ("deepspeed", 50_000_000, 2 * 10**9)
+    # under another stack the DeepSpeed sizes have no widget and count as 0: no error the user cannot reach
+    app.selectbox(key="tr_framework").set_value("pytorch").run()
+    no_failure(app)
+    assert not errors(app) and app.session_state.training.reduce_bucket_size == 0
+    assert "tr_reduce_bucket_size" not in widgets()
+    app.selectbox(key="tr_framework").set_value("fsdp2").run()
+    app.checkbox(key="tr_compile").check().run()
+    no_failure(app)
+    assert app.session_state.training.compile and not errors(app)
+
+
+def test_a_shared_moe_split_reaches_the_memory_page_and_survives_other_pages(monkeypatch):
+    """A share link with cp, ep and Megatron's grouped GEMM: the page shows them, computes with them, keeps them."""
+    from frenzy_core.memory import GIB, predict_memory
+    from frenzy_core.scenario import Scenario, SplitSpec, encode_share, load_scenario
+    from frenzy_core.training import TrainingSpec
+
+    cluster = load_scenario(REPO / "sample_scenarios" / "ml-engineer.yaml").cluster
+    s = Scenario(model="mixtral-8x7b", cluster=cluster, split=SplitSpec(dp=4, tp=2, pp=1, cp=2, ep=4),
+                 training=TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", moe_grouped_gemm=True,
+                                       distributed_optimizer=True, recompute="full"))
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["s"] = encode_share(s)
+    at.run()
+    no_failure(at)
+    open_page(at, "pages/model_memory.py")
+    assert (at.number_input(key="par_cp").value, at.number_input(key="par_ep").value) == (2, 4)
+    assert at.checkbox(key="tr_moe_grouped_gemm").value
+    want = predict_memory(s.model_spec, s.training, s.split.parallelism()).total_bytes / GIB
+    assert metric(at, "Peak per GPU") == f"{want:.3g} GiB"
+    open_page(at, "pages/plans.py")
+    open_page(at, "pages/model_memory.py")
+    open_page(at, "pages/overview.py")
+    assert at.session_state.par == s.split.parallelism() and at.session_state.training == s.training
+    assert at.session_state.scenario_last.split == s.split  # and the next share link carries it

@@ -133,6 +133,16 @@ def test_training_sizes_are_bounded(field):
         TrainingSpec(**fields)
 
 
+@pytest.mark.parametrize("field,limit", [("lora_rank", 1 << 20), ("loss_chunks", 1 << 24), ("recompute_every", 4096)])
+def test_adapter_rank_loss_chunks_and_checkpoint_stride_are_bounded(field, limit):
+    # lora_rank 10^30 once wrapped int64 and predicted 1 GiB for a 7B model; each is refused above its limit
+    TrainingSpec(**{field: limit})
+    with pytest.raises(ValueError, match=f"{field} must be at most {limit:,}"):
+        TrainingSpec(**{field: limit + 1})
+    with pytest.raises(ValueError, match=field):
+        TrainingSpec(**{field: 10**30})
+
+
 def test_a_split_beyond_any_cluster_is_refused(tiny_model):
     with pytest.raises(SpecError, match="dp"):
         check_parallelism(tiny_model, TrainingSpec(seq_len=64, global_batch=8), Parallelism(dp=2**70))

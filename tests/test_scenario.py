@@ -80,6 +80,8 @@ def test_an_edited_model_travels_in_full():
     (("max_gpus: 8", "max_gpus: 0"), "plans.max_gpus"),
     (("model: gpt2", "model: gpt5"), "model"),
     (("split: {dp: 2}", "split: {dp: 3}"), "split"),
+    (("split: {dp: 2}", "split: {dp: 2, cp: 3}"), "split"),  # seq_len 1024 is not a multiple of 2 x cp
+    (("split: {dp: 2}", "split: {dp: 2, ep: 2}"), "split"),  # gpt2 has no experts
     (("gpu_type: A100-80GB", "gpu_type: A100-81GB"), "cluster"),
     (("name: tiny", "name: tiny\nsimulation: {policies: [lottery]}"), "simulation.policies"),
     (("name: tiny", "name: tiny\nbogus: 1"), "bogus"),
@@ -158,3 +160,24 @@ def test_scenario_run_simulate_gives_a_summary_per_policy(capsys, tmp_path):
 def test_default_scenario_holds_a_valid_default_training():
     s = Scenario(cluster=parse_cluster_yaml("nodes: [{name: a, gpu_type: T4, num_gpus: 4}]"))
     assert s.training == TrainingSpec()
+
+
+def test_a_split_with_cp_vp_ep_and_etp_round_trips_and_is_the_parallelism_memory_uses():
+    from frenzy_core.memory import predict_memory
+    from frenzy_core.training import Parallelism
+
+    text = TINY.replace("model: gpt2", "model: mixtral-8x7b").replace(
+        "training: {seq_len: 1024, global_batch: 32, micro_batch: 4, precision: amp}",
+        "training: {seq_len: 4096, global_batch: 32, framework: megatron, recompute: full}").replace(
+        "split: {dp: 2}", "split: {dp: 2, tp: 2, pp: 4, cp: 2, vp: 2, ep: 4, etp: 1}")
+    s = parse_scenario_yaml(text)
+    want = Parallelism(dp=2, tp=2, pp=4, cp=2, vp=2, ep=4, etp=1)
+    assert s.split.parallelism() == want
+    assert parse_scenario_yaml(scenario_to_yaml(s)) == s and decode_share(encode_share(s)) == s
+    # the scenario's memory is the core's at the whole split, not at d x t x p alone
+    from frenzy_core.scenario import run_scenario
+
+    out = run_scenario(s)["memory"]
+    assert out["total_bytes"] == int(predict_memory(s.model_spec, s.training, want).total_bytes)
+    assert (out["cp"], out["vp"], out["ep"], out["etp"]) == (2, 2, 4, 1)
+    assert out["total_bytes"] != int(predict_memory(s.model_spec, s.training, Parallelism(dp=2, tp=2, pp=4)).total_bytes)
