@@ -88,8 +88,9 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
         p.add_argument("--micro-batch", type=int, default=None,
                        help="fix every plan's micro-batch (default: the planner picks the fastest that fits)")
     p.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step (default micro x dp)")
-    p.add_argument("--precision", default="amp", choices=["amp", "bf16-master", "bf16", "fp32"],
-                   help="amp (fp32 params + autocast), bf16-master (Megatron), bf16 (pure: bf16 Adam states), fp32")
+    p.add_argument("--precision", default=None, choices=["amp", "bf16-master", "bf16", "fp32"],
+                   help="amp (fp32 params + autocast), bf16-master (Megatron), bf16 (pure: bf16 Adam states), fp32; "
+                        "default amp, bf16-master under --framework megatron (it has no autocast mode)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "adamw-fused", "adamw-8bit", "sgd"])
     p.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (default 0)")
     p.add_argument("--distributed-optimizer", action="store_true", help="Megatron distributed optimizer")
@@ -142,7 +143,8 @@ def _training(args, dp: int = 1):
         raise SpecError("micro_batch", f"must be a positive integer, got {micro_batch}")
     global_batch = args.global_batch if args.global_batch is not None else micro_batch * dp
     return make_training(
-        seq_len=args.seq_len, global_batch=global_batch, micro_batch=micro_batch, precision=args.precision,
+        seq_len=args.seq_len, global_batch=global_batch, micro_batch=micro_batch,
+        precision=args.precision or ("bf16-master" if args.framework == "megatron" else "amp"),
         optimizer=args.optimizer, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
         attention=args.attention, dropout=args.dropout, recompute=args.recompute,
         sequence_parallel=args.sequence_parallel, framework=args.framework,
@@ -254,10 +256,12 @@ def cmd_plans(args) -> int:
         print(dumps_strict([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
         return 0
     print(f"{len(result.plans)} feasible plans for {model.name} on {cluster.name}, ranked by {args.objective}:")
-    print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3} {'gpus':>5} {'mb':>3} {'GiB/GPU':>8} {'step s':>8} "
-          f"{'days':>7} {'GPU-h':>9} {'cost $':>10}")
+    moe = model.is_moe  # the ep column only where the planner tried expert parallelism
+    print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3}{' ep' if moe else ''} {'gpus':>5} {'mb':>3} {'GiB/GPU':>8} "
+          f"{'step s':>8} {'days':>7} {'GPU-h':>9} {'cost $':>10}")
     for i, p in enumerate(top, 1):
-        print(f"{i:>3} {p.gpu_type:12} {p.dp:>4} {p.tp:>3} {p.pp:>3} {p.num_gpus:>5} {p.micro_batch:>3} "
+        ep = f" {p.ep:>2}" if moe else ""
+        print(f"{i:>3} {p.gpu_type:12} {p.dp:>4} {p.tp:>3} {p.pp:>3}{ep} {p.num_gpus:>5} {p.micro_batch:>3} "
               f"{p.memory_bytes / 2**30:>8.1f} {p.step_time_s:>8.3f} {p.time_to_train_s / 86400:>7.2f} "
               f"{p.gpu_hours:>9.0f} {p.cost_usd:>10.0f}")
     if result.why_top:

@@ -125,6 +125,18 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
     args += ["--attention-dropout", training.dropout, "--hidden-dropout", training.dropout]
     if training.attention == "flash":
         args += ["--attention-backend", "flash"]
+    if model.is_moe:  # TransformerConfig / ModelParallelConfig fields (megatron/core/transformer/transformer_config.py)
+        args += ["--num-experts", model.num_experts, "--moe-router-topk", model.moe_top_k,
+                 "--moe-ffn-hidden-size", model.expert_ffn, "--expert-model-parallel-size", plan.ep,
+                 "--moe-token-dispatcher-type", "alltoall"]
+        if model.num_shared_experts:
+            args += ["--moe-shared-expert-intermediate-size", model.num_shared_experts * model.expert_ffn]
+        if model.first_k_dense:
+            args += ["--moe-layer-freq", f"([0]*{model.first_k_dense}+[1]*{model.num_moe_layers})"]
+        if training.moe_grouped_gemm:
+            args += ["--moe-grouped-gemm"]
+        if plan.tp > 1 and "--sequence-parallel" not in args:  # arguments.py: MoE with tensor parallelism needs SP
+            args += ["--sequence-parallel"]
     return [str(a) for a in args]
 
 
@@ -149,7 +161,8 @@ def export_megatron(model, training, plan, cluster, tokens) -> str:
     groups = node_groups(plan, cluster)
     nodes = sum(len(g.nodes) for g in groups)
     head = (f"# Megatron-LM arguments for {plan.label()}: data-parallel size {plan.dp} = {plan.num_gpus} GPUs / "
-            f"(t={plan.tp} x p={plan.pp}); {plan.grad_accum} micro-batches per step\n")
+            f"(t={plan.tp} x p={plan.pp}); {plan.grad_accum} micro-batches per step"
+            + (f"; experts over ep={plan.ep} of the d ranks" if plan.ep > 1 else "") + "\n")
     launch = _torchrun(nodes, groups[0].gpus_per_node, f"$MASTER_ADDR:{RDZV_PORT}", "$JOB_ID") if len(groups) == 1 \
         else ["torchrun"]
     note = "" if len(groups) == 1 else "# nodes take different GPU counts: launch with --export slurm or kubernetes\n"
@@ -185,8 +198,14 @@ def deepspeed_config(model, training, plan, cluster, tokens) -> dict:
     return cfg
 
 
+
 def export_deepspeed(model, training, plan, cluster, tokens) -> str:
-    return json.dumps(deepspeed_config(model, training, plan, cluster, tokens), indent=2) + "\n"
+    cfg = deepspeed_config(model, training, plan, cluster, tokens)
+    if plan.ep > 1:
+        # DeepSpeed-MoE takes the expert-parallel size in the model code (deepspeed/moe/layer.py: MoE(...,
+        # ep_size=N)), not in the config; JSON has no comments, so it rides in a top-level key DeepSpeed does not read
+        cfg["_frenzy_moe"] = {"ep_size": plan.ep, "set_in": "deepspeed.moe.layer.MoE(..., ep_size=ep_size)"}
+    return json.dumps(cfg, indent=2) + "\n"
 
 
 def _toml_value(v) -> str:
@@ -214,7 +233,8 @@ def torchtitan_config(model, training, plan, cluster, tokens) -> dict[str, dict]
                         "data_parallel_shard_degree": plan.dp if shard else 1,
                         "fsdp_reshard_after_forward": "default" if training.zero_stage >= 3 or not shard else "never",
                         "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
-                        "pipeline_parallel_microbatch_size": plan.micro_batch},
+                        "pipeline_parallel_microbatch_size": plan.micro_batch,
+                        **({"expert_parallel_degree": plan.ep} if model.is_moe else {})},
         "activation_checkpoint": {"mode": training.recompute},
     }
 
@@ -302,7 +322,7 @@ def export_slurm(model, training, plan, cluster, tokens) -> str:
 
 def _job_name(model: ModelSpec, plan: Plan) -> str:
     """A DNS-1123 label: lowercase letters, digits and dashes, at most 40 characters here."""
-    raw = f"{model.name}-{plan.gpu_type}-d{plan.dp}t{plan.tp}p{plan.pp}".lower()
+    raw = f"{model.name}-{plan.gpu_type}-d{plan.dp}t{plan.tp}p{plan.pp}{f'e{plan.ep}' if plan.ep > 1 else ''}".lower()
     clean = "".join(ch if ch.isalnum() else "-" for ch in raw).strip("-")
     while "--" in clean:
         clean = clean.replace("--", "-")

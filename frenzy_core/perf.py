@@ -19,7 +19,9 @@ Time per step on N = d x t x p GPUs of one type (all terms per GPU, on the criti
     tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019)
     pp_bubble_s = (p - 1) / m x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1)
     pp_p2p_s    = activation sends between stages (scatter/gather: 1/t of b x s x h each, Narayanan 2021 Sec. 4.1)
-    dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans
+    ep_comm_s   = MoE token all-to-alls (dispatch + combine) over the expert-parallel group, per MoE layer
+    dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans (routed experts
+                  over the d / ep ranks that hold the same experts)
     optimizer_s = the optimizer's memory-bound sweep over its shard of parameters, gradients and states
 
     overhead_s  = the type's measured fixed per-step cost (`step_overhead_s`)
@@ -50,6 +52,12 @@ ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH = 4
 # the 2 forward ones (Narayanan 2021 Sec. 3.5 counts the recomputed forward as a third pass).
 TP_ALLREDUCES_PER_LAYER = 4
 TP_ALLREDUCES_PER_LAYER_RECOMPUTE = 2
+# Expert parallelism: Megatron-Core's alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py,
+# MoEAlltoAllTokenDispatcher: token_permutation and token_unpermutation) runs one all-to-all to send each token's
+# top-k copies to the experts' ranks and one to bring them back, in forward, and their conjugates in backward; full
+# recomputation repeats the forward pair.
+EP_ALLTOALLS_PER_MOE_LAYER = 4
+EP_ALLTOALLS_PER_MOE_LAYER_RECOMPUTE = 2
 # Fraction of the data-parallel gradient all-reduce hidden behind backward compute. 0 = no overlap (conservative);
 # PyTorch DDP / Megatron overlap bucketed all-reduces with backward, so the truth lies between 0 and ~0.8.
 DP_COMM_OVERLAP = 0.0
@@ -122,6 +130,7 @@ class StepTime:
     micro_batches: float  # m: micro-batches per replica per step = global_batch / (d x micro_batch)
     compute_s: float  # FLOPs / (N x peak x MFU): the step's matmul work spread evenly over all GPUs
     tp_comm_s: float  # tensor-parallel activation all-reduces (intra-node link)
+    ep_comm_s: float  # expert-parallel token all-to-alls (MoE; 0 at ep = 1)
     pp_bubble_s: float  # pipeline fill/drain: (p - 1) / m x (compute + tensor-parallel time)
     pp_p2p_s: float  # activations / gradients sent between pipeline stages
     dp_comm_s: float  # gradient all-reduce across replicas, after overlap with backward (DP_COMM_OVERLAP)
@@ -155,9 +164,10 @@ def _components(
     gpus_per_node: int,
     mfu: float | None,
     overhead_s: float | None,
+    ep=1,
 ) -> dict[str, np.ndarray]:
     """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
-    d, t, p, b = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch))
+    d, t, p, b, e = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep))
     setup = training.precision_setup
     eff = gpu.efficiency(setup.compute_dtype) if mfu is None else mfu
     overhead_s = gpu.step_overhead_s if overhead_s is None else overhead_s
@@ -185,8 +195,18 @@ def _components(
     tp_link = np.where(t <= gpus_per_node, intra_bytes_s, node_nic_bytes_s / np.minimum(t, gpus_per_node))
     tp_comm_s = allreduces * layers_per_stage * m * 2 * (t - 1) / t * activation_msg_bytes / tp_link
 
+    # Expert parallel (MoE): per MoE layer and micro-batch, each GPU sends the top-k copies of its tokens (b x s / t:
+    # Megatron needs sequence parallelism for MoE with t > 1) to the ep ranks holding their experts, (ep - 1) / ep
+    # of them off the GPU. Megatron lays ranks out t, cp, ep, d (parallel_state.py): the ep group is t x ep
+    # consecutive ranks, inside a node while t x ep <= the node, else every GPU of the node shares its NIC.
+    a2a_bytes = b * s / t * model.moe_top_k * h * setup.activation_bytes
+    alltoalls = EP_ALLTOALLS_PER_MOE_LAYER + (EP_ALLTOALLS_PER_MOE_LAYER_RECOMPUTE if training.recompute == "full" else 0)
+    ep_link = np.where(t * e <= gpus_per_node, intra_bytes_s, np.minimum(intra_bytes_s, node_nic_bytes_s / gpus_per_node))
+    moe_layers_per_stage = model.num_moe_layers / p
+    ep_comm_s = alltoalls * moe_layers_per_stage * m * (e - 1) / e * a2a_bytes / ep_link
+
     # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1).
-    pp_bubble_s = (p - 1) / m * (compute_s + tp_comm_s)
+    pp_bubble_s = (p - 1) / m * (compute_s + tp_comm_s + ep_comm_s)
 
     # Placement model: ranks are laid out t fastest, then p, then d, filling nodes of `gpus_per_node` in order
     # (Narayanan 2021 Sec. 3.3: tensor inside a node, pipeline and data across). A replica spans t x p GPUs.
@@ -202,12 +222,17 @@ def _components(
     pp_p2p_s = np.where(p > 1, 2 * m * activation_msg_bytes / t / p2p_link, 0.0)
 
     # Data parallel: ring all-reduce of one shard's gradients, params / (t x p) x grad bytes, moving
-    # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes).
-    shard_params = model.parameter_count() / (t * p)
-    grad_shard_bytes = shard_params * setup.grad_bytes
+    # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes). Routed
+    # experts are split ep ways more and all-reduced over the d / ep ranks that hold the same experts (Megatron's
+    # expert-data-parallel group).
+    routed = float(model.routed_expert_parameters() * model.num_moe_layers)
+    dense_shard = (model.parameter_count() - routed) / (t * p)
+    expert_shard = routed / (t * p * e)
+    d_expert = d / e
     volume = ZERO3_DP_VOLUME_FACTOR if training.zero_stage == 3 else 1.0
     dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    dp_comm_s = (1.0 - DP_COMM_OVERLAP) * volume * 2 * (d - 1) / d * grad_shard_bytes / dp_link
+    ring_bytes = (2 * (d - 1) / d * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) * setup.grad_bytes
+    dp_comm_s = (1.0 - DP_COMM_OVERLAP) * volume * ring_bytes / dp_link
 
     # Optimizer: one sweep reading weights, grads, master copy and states and writing weights, master and states,
     # over the local shard (sharded further by d under ZeRO >= 1 or the distributed optimizer). Memory-bound.
@@ -215,15 +240,16 @@ def _components(
     read_bytes = setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
     write_bytes = setup.param_bytes + setup.master_bytes + state_bytes
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
-    opt_params = shard_params / d if sharded else shard_params
+    opt_params = dense_shard / d + expert_shard / d_expert if sharded else dense_shard + expert_shard
     optimizer_s = opt_params * (read_bytes + write_bytes) / (gpu.memory_bandwidth_gbyte_s * 1e9)
 
-    total = compute_s + tp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s + overhead_s
+    total = compute_s + tp_comm_s + ep_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s + overhead_s
     return {
         "flops": np.asarray(flops),
         "m": m,
         "compute_s": compute_s,
         "tp_comm_s": tp_comm_s,
+        "ep_comm_s": ep_comm_s,
         "pp_bubble_s": pp_bubble_s,
         "pp_p2p_s": pp_p2p_s,
         "dp_comm_s": dp_comm_s,
@@ -272,12 +298,14 @@ def step_time(
         gpus_per_node=gpus_per_node,
         mfu=mfu,
         overhead_s=overhead_s,
+        ep=par.ep,
     )
     return StepTime(
         flops_per_step=float(c["flops"]),
         micro_batches=float(c["m"]),
         compute_s=float(c["compute_s"]),
         tp_comm_s=float(c["tp_comm_s"]),
+        ep_comm_s=float(c["ep_comm_s"]),
         pp_bubble_s=float(c["pp_bubble_s"]),
         pp_p2p_s=float(c["pp_p2p_s"]),
         dp_comm_s=float(c["dp_comm_s"]),
@@ -303,8 +331,9 @@ def step_time_totals(
     gpus_per_node: int = 8,
     mfu: float | None = None,
     overhead_s: float | None = None,
+    ep=1,
 ) -> np.ndarray:
-    """`step_time(...).step_time_s` for arrays of d, t, p and micro-batch (broadcast together), without a loop.
+    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch and ep (broadcast together), without a loop.
 
     `micro_batch` replaces `training.micro_batch`; splits are not validated here (filter them before ranking).
 
@@ -327,5 +356,6 @@ def step_time_totals(
         gpus_per_node=gpus_per_node,
         mfu=mfu,
         overhead_s=overhead_s,
+        ep=ep,
     )
     return np.asarray(c["total"], dtype=np.float64)

@@ -12,9 +12,10 @@ Every objective ends with the same deterministic tie-break: GPU type name, then 
 
 Enumeration (per GPU type present in the cluster): t divides the query heads and the KV heads and t <= the largest
 node of that type (tensor parallelism stays inside a node); p divides the layers; d x micro-batch x accumulation =
-global batch; d x t x p <= the GPUs of that type. For each (type, d, t, p) we keep the micro-batch with the shortest
-step (ties -> the larger micro-batch), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a
-safety margin. Memory and step time are evaluated on numpy arrays, one call per GPU type.
+global batch; d x t x p <= the GPUs of that type; for an MoE model, ep divides the experts and d (`hf`: ep = 1).
+For each (type, d, t, p) we keep the micro-batch and ep with the shortest step (ties -> the larger micro-batch, then
+the smaller ep), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin.
+Memory and step time are evaluated on numpy arrays, one call per GPU type.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from frenzy_core.limits import divisors
 from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
 from frenzy_core.models import ModelSpec
 from frenzy_core.perf import step_time_totals
-from frenzy_core.training import TrainingSpec, check_sequence
+from frenzy_core.training import Parallelism, TrainingSpec, check_sequence
 
 OBJECTIVES = ("time", "gpu-hours", "cost", "gpus")
 DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of each GPU free: allocator fragmentation beyond the modelled overhead
@@ -62,16 +63,23 @@ class Plan:
     time_to_train_s: float  # token budget / tokens_per_s
     gpu_hours: float  # num_gpus x time_to_train_s / 3600
     cost_usd: float  # gpu_hours x the GPU type's price per hour
+    ep: int = 1  # expert-parallel ranks (MoE), carved out of d: each holds num_experts / ep experts
 
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def parallelism(self) -> Parallelism:
+        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep)
+
     def label(self) -> str:
-        return f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp} ({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})"
+        ep = f" ep={self.ep}" if self.ep > 1 else ""
+        return (f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp}{ep} "
+                f"({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})")
 
 
 _PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
-_INT_FIELDS = {"dp", "tp", "pp", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
+_INT_FIELDS = {"dp", "tp", "pp", "ep", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
                "gpu_memory_bytes"}
 
 
@@ -225,6 +233,14 @@ def within_scaling_floor(plans: Sequence[Plan], floor: float = DEFAULT_SCALING_F
     return tuple(p for p, k in zip(plans, keep, strict=True) if k)
 
 
+def expert_parallel_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
+    """The ep the planner tries: every divisor of num_experts for an MoE model, else 1. Hugging Face Trainer /
+    accelerate has no expert parallelism (each rank holds every expert), so framework hf keeps ep = 1."""
+    if not model.is_moe or training.framework == "hf":
+        return np.array([1], dtype=np.int64)
+    return _divisors(model.num_experts)
+
+
 def _divisors(n: int) -> np.ndarray:
     return np.array(divisors(n), dtype=np.int64)  # O(sqrt n): B = 10^9 must not hang the planner
 
@@ -297,17 +313,18 @@ def rank_plans(
     t_all = t_all[t_all <= max_node]
     p_all = _divisors(model.num_layers)
     p_all = p_all[p_all <= max_total]
+    e_all = expert_parallel_sizes(model, training)
     db = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    T, P, K = np.meshgrid(t_all, p_all, np.arange(len(db)), indexing="ij")
-    t_g, p_g = T.ravel(), P.ravel()
+    T, P, K, E = np.meshgrid(t_all, p_all, np.arange(len(db)), e_all, indexing="ij")
+    t_g, p_g, e_g = T.ravel(), P.ravel(), E.ravel()
     d_g, b_g = db[K.ravel(), 0], db[K.ravel(), 1]
     n_g = d_g * t_g * p_g
-    keep = n_g <= max_total
-    t_g, p_g, d_g, b_g, n_g = t_g[keep], p_g[keep], d_g[keep], b_g[keep], n_g[keep]
+    keep = (n_g <= max_total) & (d_g % e_g == 0)  # ep is carved out of d (cp = 1, etp = t: ep divides d)
+    t_g, p_g, d_g, b_g, n_g, e_g = t_g[keep], p_g[keep], d_g[keep], b_g[keep], n_g[keep], e_g[keep]
 
     # Memory does not depend on the GPU type: one vectorised call for the whole grid.
-    mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead),
-                       dtype=np.float64)
+    mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead,
+                                             ep=e_g), dtype=np.float64)
     min_memory = float(mem_g.min()) if len(mem_g) else 0.0
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in (*_PLAN_FIELDS, "type_rank")}
@@ -323,25 +340,26 @@ def rank_plans(
         sel = (n_g <= cap) & (t_g <= per_node)
         if not sel.any():
             continue
-        d, t, p, b, n, mem = d_g[sel], t_g[sel], p_g[sel], b_g[sel], n_g[sel], mem_g[sel]
+        d, t, p, b, n, mem, e = d_g[sel], t_g[sel], p_g[sel], b_g[sel], n_g[sel], mem_g[sel], e_g[sel]
         step = np.asarray(step_time_totals(
             model, training, gpu, d, t, p, b,
             intra_link_gbyte_s=intra_gbyte_s,
             network_gbit_s=network_gbit_s,
             gpus_per_node=per_node,
+            ep=e,
         ), dtype=np.float64)
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fits = mem <= usable
-        # One row per (d, t, p): the fitting micro-batch with the shortest step (ties -> larger micro-batch);
-        # when none fits, the smallest-memory one (for the heatmap).
-        order = np.lexsort((-b, np.where(fits, step, mem), ~fits, p, t, d))
+        # One row per (d, t, p): the fitting micro-batch (and ep) with the shortest step (ties -> larger micro-batch,
+        # then smaller ep); when none fits, the smallest-memory one (for the heatmap).
+        order = np.lexsort((e, -b, np.where(fits, step, mem), ~fits, p, t, d))
         first = np.ones(len(order), dtype=bool)
         key = np.stack([d[order], t[order], p[order]], axis=1)
         first[1:] = np.any(key[1:] != key[:-1], axis=1)
         pick = order[first]
         grid_parts.append({
             "gpu_type": np.full(len(pick), name, dtype=object), "dp": d[pick], "tp": t[pick], "pp": p[pick],
-            "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
+            "ep": e[pick], "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
             "usable_bytes": np.full(len(pick), usable), "headroom_bytes": usable - mem[pick],
             "feasible": fits[pick], "step_time_s": step[pick],
         })
@@ -358,7 +376,7 @@ def rank_plans(
             "micro_batch": b[ok], "grad_accum": B // (b[ok] * d[ok]), "memory_bytes": np.ceil(mem[ok]),
             "headroom_bytes": np.floor(usable - mem[ok]), "gpu_memory_bytes": np.full(m, gpu.memory_bytes),
             "step_time_s": st, "tokens_per_s": tps, "time_to_train_s": ttt, "gpu_hours": gh,
-            "cost_usd": gh * gpu.price_per_hour_usd, "type_rank": np.full(m, rank),
+            "cost_usd": gh * gpu.price_per_hour_usd, "ep": e[ok], "type_rank": np.full(m, rank),
         }.items():
             cols[k].append(v)
 

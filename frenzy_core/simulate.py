@@ -36,7 +36,7 @@ from frenzy_core.memory import model_state_bytes, predict_memory
 from frenzy_core.packing import ClusterIndex, check_placement
 from frenzy_core.policies import REGISTRY
 from frenzy_core.policies.base import JobStatus, PolicyContext, Preempt, ReadOnlyList, Reject, SchedulerView, Start
-from frenzy_core.training import OPTIMIZER_STATE_BYTES, PRECISIONS, Parallelism
+from frenzy_core.training import OPTIMIZER_STATE_BYTES, PRECISIONS
 from frenzy_core.workload import DefaultEstimator, LLMJob, PlanTable, Workload, job_classes, map_trace
 
 COMPLETE, OOM_FAIL, ARRIVE, ROUND, WAKE = 0, 1, 2, 3, 4  # heap priority at equal times: lower first
@@ -457,7 +457,7 @@ class _Run:
         truth = self.opts.oom_truth
         if truth is None:
             return plan.memory_bytes
-        key = (st.cls, plan.dp, plan.tp, plan.pp, plan.micro_batch)
+        key = (st.cls, plan.dp, plan.tp, plan.pp, plan.ep, plan.micro_batch)
         base = self._true_mem.get(key)
         if base is None:
             base = float(plan.memory_bytes)
@@ -465,7 +465,7 @@ class _Run:
                 job = st.job
                 tr = job.training if plan.micro_batch == job.training.micro_batch else \
                     job.training.model_copy(update={"micro_batch": plan.micro_batch})
-                base = float(predict_memory(job.spec, tr, Parallelism(dp=plan.dp, tp=plan.tp, pp=plan.pp),
+                base = float(predict_memory(job.spec, tr, plan.parallelism,
                                             method=truth.method).total_bytes)
             self._true_mem[key] = base
         if truth.noise <= 0:

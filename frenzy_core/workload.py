@@ -35,7 +35,7 @@ from frenzy_core.errors import SpecError
 from frenzy_core.gpus import GPUType
 from frenzy_core.limits import divisors, short_repr
 from frenzy_core.models import ZOO, ModelSpec
-from frenzy_core.plans import Plan
+from frenzy_core.plans import Plan, expert_parallel_sizes
 from frenzy_core.training import Parallelism, TrainingSpec
 
 # (lowest GPU count of the bucket, candidate models); a job takes the last bucket whose lower bound it reaches.
@@ -202,7 +202,9 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: int) -> list[Parallelism]:
-    """Every valid d x t x p = count: t divides the heads and fits a node, p divides the layers, d x b divides B."""
+    """Every valid d x t x p = count: t divides the heads and fits a node, p divides the layers, d x b divides B;
+    for an MoE model each ep of `plans.expert_parallel_sizes` that divides d, as rank_plans enumerates them."""
+    eps = [int(e) for e in expert_parallel_sizes(model, training)]
     out = []
     for tp in _divisors(count):
         if tp > gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
@@ -211,7 +213,7 @@ def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: 
             dp = count // tp // pp
             if model.num_layers % pp or training.global_batch % (training.micro_batch * dp):
                 continue
-            out.append(Parallelism(dp=dp, tp=tp, pp=pp))
+            out += [Parallelism(dp=dp, tp=tp, pp=pp, ep=ep) for ep in eps if dp % ep == 0]
     return out
 
 
@@ -245,7 +247,7 @@ class PlanTable:
             tokens_per_s = training.tokens_per_step() / step
             t = 1e9 / tokens_per_s
             gh = par.num_gpus * t / 3600.0
-            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, num_gpus=par.num_gpus,
+            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, ep=par.ep, num_gpus=par.num_gpus,
                        micro_batch=training.micro_batch,
                        grad_accum=training.global_batch // (training.micro_batch * par.dp), memory_bytes=mem,
                        headroom_bytes=gpu.memory_bytes - mem, gpu_memory_bytes=gpu.memory_bytes, step_time_s=step,

@@ -35,10 +35,13 @@ DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "de
 
 
 def plan_table(frame):
+    columns = dict(COLUMNS)
+    if (frame["ep"] > 1).any():  # an MoE model's plans: the expert-parallel size next to the split
+        columns = {k: v for k, v in [*COLUMNS.items()][:4]} | {"ep": "ep (experts)"} | dict([*COLUMNS.items()][4:])
     table = frame.assign(memory_gib=frame["memory_bytes"] / common.GIB_FLOAT,
                          headroom_gib=frame["headroom_bytes"] / common.GIB_FLOAT,
-                         hours=frame["time_to_train_s"] / 3600.0)[list(COLUMNS)]
-    return table.rename(columns=COLUMNS)
+                         hours=frame["time_to_train_s"] / 3600.0)[list(columns)]
+    return table.rename(columns=columns)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -669,3 +669,14 @@ def test_a_shared_moe_split_reaches_the_memory_page_and_survives_other_pages(mon
     open_page(at, "pages/overview.py")
     assert at.session_state.par == s.split.parallelism() and at.session_state.training == s.training
     assert at.session_state.scenario_last.split == s.split  # and the next share link carries it
+
+
+def test_plans_of_an_moe_model_show_their_expert_parallel_size(app):
+    open_page(app, "pages/model_memory.py")
+    app.selectbox(key="zoo_pick").set_value("mixtral-8x7b").run()
+    app.selectbox(key="tr_framework").set_value("megatron").run()
+    no_failure(app)
+    open_page(app, "pages/plans.py")
+    table = app.dataframe[-1].value  # the ranked plans
+    assert "ep (experts)" in table.columns and (table["ep (experts)"] > 1).any()
+    assert (table["d (data)"] % table["ep (experts)"] == 0).all() and (8 % table["ep (experts)"] == 0).all()

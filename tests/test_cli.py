@@ -166,3 +166,18 @@ def test_memory_deepspeed_sizes_take_deepspeeds_notation_and_move_the_bucket(cap
         assert exit_.value.code == 2 and "--stage3-max-live-parameters" in err and "number of elements" in err
     code, _, err = run(capsys, "memory", "--model", "gpt2", "--reduce-bucket-size", "5e7")
     assert code == 2 and "use framework deepspeed" in err and err.count("\n") == 1
+
+
+def test_framework_megatron_defaults_to_its_bf16_master_precision(capsys):
+    """Megatron has no autocast mode: without --precision the CLI takes bf16-master there, and amp elsewhere."""
+    from frenzy_core.memory import predict_memory
+    from frenzy_core.models import ZOO
+    from frenzy_core.training import Parallelism, TrainingSpec
+
+    assert main(["memory", "--model", "gpt2", "--seq-len", "1024", "--framework", "megatron", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["total_bytes"]
+    want = predict_memory(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=1, precision="bf16-master",
+                                                    framework="megatron"), Parallelism())
+    assert got == int(want.total_bytes)
+    assert main(["memory", "--model", "gpt2", "--seq-len", "1024", "--framework", "megatron", "--precision", "amp"]) == 2
+    assert "no autocast" in capsys.readouterr().err

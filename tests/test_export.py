@@ -225,3 +225,32 @@ def test_deepspeed_config_carries_the_runs_own_bucket_and_live_sizes():
     assert "stage3_max_live_parameters" not in zero
     plain = json.loads(export_plan("deepspeed", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS))["zero_optimization"]
     assert set(plain) == {"stage"}
+
+
+def test_moe_plans_export_their_experts_and_ep():
+    """A ranked Mixtral plan with ep > 1: Megatron gets the MoE flags with the plan's ep; DeepSeek-V3 its dense
+    first layers and shared experts; torchtitan its expert degree; DeepSpeed, whose ep lives in the model code, a
+    key that names it."""
+    mixtral = ZOO["mixtral-8x7b"]
+    moe_train = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True,
+                             recompute="full", moe_grouped_gemm=True)
+    plan = next(p for p in rank_plans(mixtral, moe_train, CLUSTER, tokens=TOKENS).plans if p.ep > 1 and p.tp > 1)
+    flags = _flags(_shell_words(export_plan("megatron", mixtral, moe_train, plan, CLUSTER, TOKENS)))
+    assert flags["--num-experts"] == "8" and flags["--moe-router-topk"] == "2"
+    assert flags["--moe-ffn-hidden-size"] == "14336" and flags["--expert-model-parallel-size"] == str(plan.ep)
+    assert flags["--moe-token-dispatcher-type"] == "alltoall" and flags["--moe-grouped-gemm"] is True
+    assert flags["--sequence-parallel"] is True  # Megatron refuses MoE with t > 1 without it
+    assert "--moe-layer-freq" not in flags and "--moe-shared-expert-intermediate-size" not in flags
+    assert plan.dp % plan.ep == 0 and 8 % plan.ep == 0
+    titan = tomllib.loads(export_plan("torchtitan", mixtral, moe_train, plan, CLUSTER, TOKENS))
+    assert titan["parallelism"]["expert_parallel_degree"] == plan.ep
+    ds = json.loads(export_plan("deepspeed", mixtral, moe_train, plan, CLUSTER, TOKENS))
+    assert ds["_frenzy_moe"]["ep_size"] == plan.ep and ds["train_batch_size"] == 64
+    assert f"e{plan.ep}" in yaml.safe_load(export_plan("kubernetes", mixtral, moe_train, plan, CLUSTER,
+                                                       TOKENS))["metadata"]["name"]
+    v3 = ZOO["deepseek-v3"]  # 3 dense layers, then 58 MoE layers with one shared expert of width 2048
+    v3_flags = _flags(_shell_words(export_plan("megatron", v3, moe_train, plan, CLUSTER, TOKENS)))
+    assert v3_flags["--moe-layer-freq"] == "([0]*3+[1]*58)"
+    assert v3_flags["--moe-shared-expert-intermediate-size"] == "2048"
+    dense = _flags(_shell_words(export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS)))
+    assert "--num-experts" not in dense and "--expert-model-parallel-size" not in dense

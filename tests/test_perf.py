@@ -289,3 +289,55 @@ def test_sliding_window_layers_attend_to_their_window_only_under_flash():
     full = ModelSpec(**{**gemma_like.model_dump(), "sliding_window": None, "full_attention_every": 0})
     per_key = 3 * 2 * 4 * (16 + 16) * 2 * 64  # fwd + bwd FLOPs per attended key per layer, whole step
     assert training_flops_per_step(full, flash) - training_flops_per_step(gemma_like, flash) == per_key * 2 * (64 - 16)
+
+
+# --- expert parallelism (MoE) ----------------------------------------------------------------------------------------
+MIXTRAL = ZOO["mixtral-8x7b"]  # h 4096, 32 MoE layers, 8 experts, top-2, SwiGLU experts of width 14336, no biases
+ROUTED = 32 * 8 * 3 * 4096 * 14336  # every routed expert of every layer: 45,097,156,608 parameters
+MIXTRAL_DENSE = 46_702_792_704 - ROUTED  # attention, norms, routers, embeddings, head
+
+
+def bf16(global_batch: int, **kw) -> TrainingSpec:
+    return TrainingSpec(seq_len=1024, global_batch=global_batch, micro_batch=1, precision="bf16-master", **kw)
+
+
+def test_expert_all_to_alls_by_hand():
+    """dp 8 = ep 8 in one node: per MoE layer and micro-batch 4 all-to-alls (dispatch, combine; fwd and bwd) of each
+    GPU's 1 x 1024 tokens x top-2 copies x 4096 x 2 bytes, 7/8 of them to other GPUs, over NVLink."""
+    assert MIXTRAL.routed_expert_parameters() * MIXTRAL.num_moe_layers == ROUTED
+    st = step_time(MIXTRAL, bf16(8), Parallelism(dp=8, ep=8), A100, mfu=0.5)
+    per_alltoall = 1024 * 2 * 4096 * 2 * 7 / 8 / 300e9
+    assert st.ep_comm_s == pytest.approx(4 * 32 * 1 * per_alltoall, rel=1e-12)
+    full = step_time(MIXTRAL, bf16(8, recompute="full"), Parallelism(dp=8, ep=8), A100, mfu=0.5)
+    assert full.ep_comm_s == pytest.approx(6 * 32 * 1 * per_alltoall, rel=1e-12)  # the recomputed forward pair
+    assert step_time(MIXTRAL, bf16(8), Parallelism(dp=8), A100, mfu=0.5).ep_comm_s == 0.0
+    # t 2 x ep 8 = 16 ranks over two nodes: each GPU sends its 1024 / 2 tokens (sequence parallel) and every GPU of
+    # a node shares its 100 Gbit/s NIC
+    far = step_time(MIXTRAL, bf16(8), Parallelism(dp=8, tp=2, ep=8), A100, mfu=0.5, network_gbit_s=100,
+                    gpus_per_node=8)
+    assert far.ep_comm_s == pytest.approx(4 * 32 * 1 * 512 * 2 * 4096 * 2 * 7 / 8 / (12.5e9 / 8), rel=1e-12)
+
+
+def test_experts_all_reduce_over_the_ranks_that_hold_them():
+    """ep = d: each expert lives on one rank, so only the dense parameters' fp32 gradients cross the ring."""
+    st = step_time(MIXTRAL, bf16(8), Parallelism(dp=8, ep=8), A100, mfu=0.5)
+    assert st.dp_comm_s == pytest.approx(2 * 7 / 8 * MIXTRAL_DENSE * 4 / 300e9, rel=1e-12)
+    # ep 2: the experts are halved and all-reduced over the 4 ranks holding each half
+    st2 = step_time(MIXTRAL, bf16(8), Parallelism(dp=8, ep=2), A100, mfu=0.5)
+    want = (2 * 7 / 8 * MIXTRAL_DENSE + 2 * 3 / 4 * ROUTED / 2) * 4 / 300e9
+    assert st2.dp_comm_s == pytest.approx(want, rel=1e-12)
+    # without a sharded optimizer every rank sweeps its own experts only: dense + routed / ep parameters
+    plain, sharded = (step_time(MIXTRAL, bf16(8, distributed_optimizer=dist), Parallelism(dp=8, ep=8), A100, mfu=0.5)
+                      for dist in (False, True))
+    rw = (2 + 4 + 4 + 8) + (2 + 4 + 8)  # read weights, grads, master, Adam states; write weights, master, states
+    assert plain.optimizer_s == pytest.approx((MIXTRAL_DENSE + ROUTED / 8) * rw / (A100.memory_bandwidth_gbyte_s * 1e9))
+    assert sharded.optimizer_s == pytest.approx((MIXTRAL_DENSE + ROUTED) / 8 * rw / (A100.memory_bandwidth_gbyte_s * 1e9))
+
+
+def test_vectorised_equals_scalar_over_ep():
+    tr = bf16(64, distributed_optimizer=True)
+    grid = [(d, t, p, e) for d, t, p, e in itertools.product((2, 4, 8), (1, 2, 4), (1, 2), (1, 2, 4, 8)) if d % e == 0]
+    d, t, p, e = (np.array(x) for x in zip(*grid, strict=True))
+    got = step_time_totals(MIXTRAL, tr, A100, d, t, p, 1, ep=e, gpus_per_node=8)
+    want = [step_time(MIXTRAL, tr, Parallelism(dp=a, tp=b, pp=c, ep=x), A100).step_time_s for a, b, c, x in grid]
+    assert got == pytest.approx(want, rel=1e-12)

@@ -543,3 +543,57 @@ def test_within_scaling_floor_drops_exactly_the_plans_that_violate_it():
     bad = {label for label, _ in _efficiency_violations(everything, 0.5)}
     kept = within_scaling_floor(everything, 0.5)
     assert bad and [p.label() for p in kept] == [p.label() for p in everything if p.label() not in bad]
+
+
+# --- expert parallelism ----------------------------------------------------------------------------------------------
+MOE_CLUSTER = parse_cluster_yaml("name: moe\nnodes: [{name: a, gpu_type: A100-40GB, num_gpus: 8, count: 2}, "
+                                 "{name: t, gpu_type: T4, num_gpus: 4, count: 2}]", source="moe.yaml")
+# 1.84B parameters, 16 experts of which each token uses 2: on a T4, d = 8 only fits with the experts split
+TINY_MOE = ModelSpec(name="tiny-moe", vocab_size=32000, hidden_size=2048, num_layers=8, num_heads=16, num_kv_heads=8,
+                     mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", tie_embeddings=False, bias=False,
+                     num_experts=16, moe_top_k=2, expert_ffn_size=2048, ffn_size=2048, max_positions=4096)
+MOE_TRAIN = TrainingSpec(seq_len=2048, global_batch=16, framework="megatron", distributed_optimizer=True)
+
+
+def test_moe_plans_are_the_brute_force_best_over_micro_batch_and_ep():
+    """Scalar loops over (type, d, t, p, ep, micro-batch): the same (type, d, t, p) fit, and each plan carries the
+    fastest fitting (micro-batch, ep), its memory and step the scalar predictors' for that split."""
+    from frenzy_core.perf import step_time
+    from frenzy_core.workload import node_shape
+
+    result = rank_plans(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, objective="time")
+    want: dict[tuple, float] = {}
+    for gpu_name, total in MOE_CLUSTER.gpus_by_type().items():
+        gpu, shape = MOE_CLUSTER.gpu(gpu_name), node_shape(MOE_CLUSTER, gpu_name)
+        for d, t, p, ep in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8, 16)):
+            if d * t * p > total or t > shape.gpus_per_node or d % ep or 16 % d:
+                continue
+            for b in (x for x in (1, 2, 4, 8, 16) if (16 // d) % x == 0):
+                tr = MOE_TRAIN.model_copy(update={"micro_batch": b})
+                par = Parallelism(dp=d, tp=t, pp=p, ep=ep)
+                if predict_memory(TINY_MOE, tr, par).total_bytes > gpu.memory_bytes * 0.9:
+                    continue
+                step = step_time(TINY_MOE, tr, par, gpu, intra_link_gbyte_s=shape.intra_link_gbyte_s,
+                                 network_gbit_s=shape.network_gbit_s, gpus_per_node=shape.gpus_per_node).step_time_s
+                key = (gpu_name, d, t, p)
+                want[key] = min(want.get(key, np.inf), step)
+    got = {(q.gpu_type, q.dp, q.tp, q.pp): q for q in result.plans}
+    assert set(got) == set(want)
+    for key, plan in got.items():
+        assert plan.step_time_s == pytest.approx(want[key], rel=1e-9), plan.label()
+        tr = MOE_TRAIN.model_copy(update={"micro_batch": plan.micro_batch})
+        assert abs(plan.memory_bytes - predict_memory(TINY_MOE, tr, plan.parallelism).total_bytes) <= 1
+    # the experts' split is what lets the T4s hold d = 8: none fits there without it
+    t4 = [q for q in result.plans if q.gpu_type == "T4" and q.dp == 8]
+    assert t4 and all(q.ep > 1 for q in t4)
+    assert predict_memory(TINY_MOE, MOE_TRAIN, Parallelism(dp=8)).total_bytes > MOE_CLUSTER.gpu("T4").memory_bytes
+
+
+def test_dense_models_and_hugging_face_keep_ep_1():
+    assert {q.ep for q in rank_plans(MODEL, TRAIN, SMALL).plans} == {1}
+    hf = MOE_TRAIN.model_copy(update={"framework": "hf", "distributed_optimizer": False})
+    assert {q.ep for q in rank_plans(TINY_MOE, hf, MOE_CLUSTER).plans} == {1}
+    plans = rank_plans(TINY_MOE, MOE_TRAIN, MOE_CLUSTER).plans
+    split = next(q for q in plans if q.ep > 1)
+    assert f"p={split.pp} ep={split.ep} (" in split.label()
+    assert "ep=" not in next(q for q in plans if q.ep == 1).label()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from frenzy_core.cluster import load_cluster
-from frenzy_core.models import ZOO
+from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.traces import TraceJob, bundled_traces, load_trace
+from frenzy_core.training import TrainingSpec
 from frenzy_core.workload import (
     AnalyticEstimator,
     PlanTable,
@@ -98,10 +99,27 @@ def test_default_estimator_mapping_on_sia_cluster():
         assert scale_plan(plan, j.tokens).time_to_train_s == pytest.approx(j.trace_duration_s, rel=1e-9)
 
 
-def test_plan_table_and_rank_plans_share_one_enumeration():
+# 1.84B parameters, 16 experts, top-2: its plans take ep > 1 (tests/test_plans.py has the same model)
+TINY_MOE = ModelSpec(name="tiny-moe", vocab_size=32000, hidden_size=2048, num_layers=8, num_heads=16, num_kv_heads=8,
+                     mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", tie_embeddings=False, bias=False,
+                     num_experts=16, moe_top_k=2, expert_ffn_size=2048, ffn_size=2048, max_positions=4096)
+
+
+def test_splits_of_an_moe_model_carry_every_ep_that_divides_d_and_the_experts():
+    tr = TrainingSpec(seq_len=2048, global_batch=16, framework="megatron")
+    got = {(p.dp, p.tp, p.pp, p.ep) for p in splits(TINY_MOE, tr, 8, gpus_per_node=8)}
+    assert (8, 1, 1, 8) in got and (8, 1, 1, 1) in got and (2, 2, 2, 2) in got
+    assert all(d % e == 0 and 16 % e == 0 for d, _, _, e in got)
+    dense = {(p.dp, p.tp, p.pp, p.ep) for p in splits(TINY_MOE, tr.model_copy(update={"framework": "hf"}), 8, 8)}
+    assert {e for *_, e in dense} == {1} and {k[:3] for k in dense} == {k[:3] for k in got}
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_plan_table_and_rank_plans_share_one_enumeration(moe):
     """sia/fcfs (PlanTable.best) and frenzy (plans.rank_plans) must see the same splits, tensor-parallel rule (each
     t-group inside one node, nodes of different sizes) and links (the type's slowest): for every (type, count) the
-    fastest fitting split has the same step time in both, and exists in both or in neither."""
+    fastest fitting split has the same step time in both, and exists in both or in neither. For an MoE model both
+    also try every ep."""
     from frenzy_core.cluster import parse_cluster_yaml
     from frenzy_core.plans import rank_plans
     from frenzy_core.workload import DefaultEstimator, PlanTable, default_training
@@ -112,8 +130,9 @@ nodes:
   - {name: small, gpu_type: A100-80GB, num_gpus: 4, network_gbit_s: 25}
   - {name: t, gpu_type: T4, num_gpus: 2, count: 3, network_gbit_s: 50}
 """)
-    model = ZOO["gpt2-xl"]
-    training = default_training(model, 8)
+    model = TINY_MOE if moe else ZOO["gpt2-xl"]
+    training = (TrainingSpec(seq_len=2048, global_batch=16, framework="megatron", distributed_optimizer=True) if moe
+                else default_training(model, 8))
     ranked = rank_plans(model, training, cluster, objective="time", tokens=1e9, micro_batch=training.micro_batch)
     fastest: dict = {}
     for p in ranked.plans:
@@ -129,7 +148,10 @@ nodes:
             if p is not None:
                 seen += 1
                 assert p.step_time_s == pytest.approx(want, rel=1e-9), (gpu_type, count)
-    assert seen >= 12
+    assert seen >= (12 if not moe else 5), seen
+    if moe:
+        assert any(p.ep > 1 for p in ranked.plans)
+        return
     # 12 A100s with t = 8 would need a 12-GPU node: neither may offer a t = 8 plan of 12 GPUs
     assert not [p for p in ranked.plans if p.gpu_type == "A100-80GB" and p.num_gpus == 12 and p.tp == 8]
     assert table.best(model, training, "A100-80GB", 12, safety_margin=0.10).tp < 8
