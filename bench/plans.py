@@ -3,7 +3,8 @@
 Target (issue 3): under 20 ms. Prints the timing per model and, on the last line, a JSON object with `plans_ms`
 (the median over repeats for the headline model, llama-3.1-8b, global batch 1,024) and the number of plans. The MoE
 models (mixtral-8x7b, deepseek-v3) also enumerate every expert-parallel size (8 and 256 experts: 4 and 9 values of
-ep), reported as `moe_plans_ms`.
+ep), reported as `moe_plans_ms`; llama-3.1-8b at 131,072 tokens also tries every context-parallel size (cp 1 to 32),
+reported as `long_context_plans_ms`.
 """
 
 from __future__ import annotations
@@ -56,10 +57,14 @@ def main() -> None:
         ms, feasible, grid = time_model(name, training, cluster)
         results[name] = (ms, feasible, grid)
         print(f"{name:16} {ms:>10.2f} {feasible:>9} {grid:>11}")
+    long = training.model_copy(update={"seq_len": 131072, "global_batch": 64, "recompute": "full"})
+    long_ms, long_feasible, long_grid = time_model("llama-3.1-8b", long, cluster)
+    print(f"{'llama-3.1-8b 128k':16} {long_ms:>10.2f} {long_feasible:>9} {long_grid:>11}")
     ms, feasible, grid = results["llama-3.1-8b"]
     print(json.dumps({"plans_ms": round(ms, 3), "plans_feasible": feasible, "plans_enumerated": grid,
                       "max_plans_ms_over_models": round(max(r[0] for r in results.values()), 3),
                       "moe_plans_ms": {n: round(results[n][0], 3) for n in ("mixtral-8x7b", "deepseek-v3")},
+                      "long_context_plans_ms": round(long_ms, 3), "long_context_plans_feasible": long_feasible,
                       "gpu_types": len(CATALOG), "gpus_per_type": GPUS_PER_TYPE}))
 
 

@@ -96,6 +96,7 @@ def train_iters(training: TrainingSpec, tokens: float) -> int:
 def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: float) -> list[str]:
     """Megatron-LM `pretrain_gpt.py` arguments for the plan (flag names from megatron/training/arguments.py)."""
     args = ["--tensor-model-parallel-size", plan.tp, "--pipeline-model-parallel-size", plan.pp,
+            *(["--context-parallel-size", plan.cp] if plan.cp > 1 else []),
             "--micro-batch-size", plan.micro_batch, "--global-batch-size", training.global_batch,
             "--seq-length", training.seq_len, "--max-position-embeddings", max(training.seq_len, model.max_positions),
             "--num-layers", model.num_layers, "--hidden-size", model.hidden_size, "--ffn-hidden-size", model.ffn,
@@ -161,7 +162,8 @@ def export_megatron(model, training, plan, cluster, tokens) -> str:
     groups = node_groups(plan, cluster)
     nodes = sum(len(g.nodes) for g in groups)
     head = (f"# Megatron-LM arguments for {plan.label()}: data-parallel size {plan.dp} = {plan.num_gpus} GPUs / "
-            f"(t={plan.tp} x p={plan.pp}); {plan.grad_accum} micro-batches per step"
+            f"(t={plan.tp} x p={plan.pp}{f' x cp={plan.cp}' if plan.cp > 1 else ''}); {plan.grad_accum} micro-batches "
+            f"per step"
             + (f"; experts over ep={plan.ep} of the d ranks" if plan.ep > 1 else "") + "\n")
     launch = _torchrun(nodes, groups[0].gpus_per_node, f"$MASTER_ADDR:{RDZV_PORT}", "$JOB_ID") if len(groups) == 1 \
         else ["torchrun"]
@@ -171,6 +173,9 @@ def export_megatron(model, training, plan, cluster, tokens) -> str:
 
 def deepspeed_config(model, training, plan, cluster, tokens) -> dict:
     """DeepSpeed config JSON as a dict; train_batch_size = micro x accumulation x data-parallel size (plan's d)."""
+    if plan.cp > 1:
+        raise SpecError("export", f"DeepSpeed has no ring-attention context parallelism (its Ulysses sequence "
+                        f"parallelism is another scheme); export this cp={plan.cp} plan for megatron or torchtitan")
     if plan.pp > 1 and training.zero_stage >= 2:
         raise SpecError("zero_stage", f"DeepSpeed's pipeline engine runs with ZeRO stage 0 or 1, not "
                         f"{training.zero_stage}; pick a plan with p=1 or set zero_stage to 1")
@@ -196,7 +201,6 @@ def deepspeed_config(model, training, plan, cluster, tokens) -> dict:
     if plan.pp > 1:
         cfg["pipeline"] = {"stages": plan.pp, "partition": "uniform"}
     return cfg
-
 
 
 def export_deepspeed(model, training, plan, cluster, tokens) -> str:
@@ -234,6 +238,7 @@ def torchtitan_config(model, training, plan, cluster, tokens) -> dict[str, dict]
                         "fsdp_reshard_after_forward": "default" if training.zero_stage >= 3 or not shard else "never",
                         "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
                         "pipeline_parallel_microbatch_size": plan.micro_batch,
+                        "context_parallel_degree": plan.cp,
                         **({"expert_parallel_degree": plan.ep} if model.is_moe else {})},
         "activation_checkpoint": {"mode": training.recompute},
     }
@@ -250,6 +255,9 @@ def export_torchtitan(model, training, plan, cluster, tokens) -> str:
 
 def accelerate_config(model, training, plan, cluster, tokens) -> dict:
     """An `accelerate launch --config_file` YAML as a dict (one machine rank; set machine_rank per node)."""
+    if plan.cp > 1:
+        raise SpecError("export", f"accelerate's launcher config has no context-parallel degree; export this "
+                        f"cp={plan.cp} plan for megatron or torchtitan")
     groups = node_groups(plan, cluster)
     if len(groups) > 1:
         sizes = " + ".join(f"{len(g.nodes)} x {g.gpus_per_node}" for g in groups)
@@ -322,7 +330,8 @@ def export_slurm(model, training, plan, cluster, tokens) -> str:
 
 def _job_name(model: ModelSpec, plan: Plan) -> str:
     """A DNS-1123 label: lowercase letters, digits and dashes, at most 40 characters here."""
-    raw = f"{model.name}-{plan.gpu_type}-d{plan.dp}t{plan.tp}p{plan.pp}{f'e{plan.ep}' if plan.ep > 1 else ''}".lower()
+    extra = f"{f'c{plan.cp}' if plan.cp > 1 else ''}{f'e{plan.ep}' if plan.ep > 1 else ''}"
+    raw = f"{model.name}-{plan.gpu_type}-d{plan.dp}t{plan.tp}p{plan.pp}{extra}".lower()
     clean = "".join(ch if ch.isalnum() else "-" for ch in raw).strip("-")
     while "--" in clean:
         clean = clean.replace("--", "-")

@@ -13,13 +13,14 @@ Without recomputation the layer and attention terms take 3 passes (x 3/4), so F 
 which is the familiar 6 x parameters x tokens plus the attention term 12 l h s per token. We use the model's exact
 per-layer parameter count (biases, norms, GQA, SwiGLU, top-k MoE experts) in place of 12 h^2.
 
-Time per step on N = d x t x p GPUs of one type (all terms per GPU, on the critical path, no overlap by default):
+Time per step on N = d x t x p x cp GPUs of one type (all terms per GPU, on the critical path, no overlap by default):
 
     compute_s   = FLOPs / (N x peak TFLOP/s(compute dtype) x MFU)   MFU: the type's measured `mfu` / `fp32_mfu`
     tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019)
     pp_bubble_s = (p - 1) / m x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1)
     pp_p2p_s    = activation sends between stages (scatter/gather: 1/t of b x s x h each, Narayanan 2021 Sec. 4.1)
     ep_comm_s   = MoE token all-to-alls (dispatch + combine) over the expert-parallel group, per MoE layer
+    cp_comm_s   = context parallelism's ring: each layer passes K and V chunks (and dK, dV in backward) cp - 1 hops
     dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans (routed experts
                   over the d / ep ranks that hold the same experts)
     optimizer_s = the optimizer's memory-bound sweep over its shard of parameters, gradients and states
@@ -58,6 +59,12 @@ TP_ALLREDUCES_PER_LAYER_RECOMPUTE = 2
 # recomputation repeats the forward pair.
 EP_ALLTOALLS_PER_MOE_LAYER = 4
 EP_ALLTOALLS_PER_MOE_LAYER_RECOMPUTE = 2
+# Context parallelism (ring attention, Transformer Engine's AttnFuncWithCPAndKVP2P in
+# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py): forward sends each rank's K and V
+# chunk cp - 1 hops round the ring; backward sends K, V and their gradients dK, dV: twice the forward bytes; full
+# recomputation repeats the forward.
+CP_KV_PASSES = 3
+CP_KV_PASSES_RECOMPUTE = 1
 # Fraction of the data-parallel gradient all-reduce hidden behind backward compute. 0 = no overlap (conservative);
 # PyTorch DDP / Megatron overlap bucketed all-reduces with backward, so the truth lies between 0 and ~0.8.
 DP_COMM_OVERLAP = 0.0
@@ -131,6 +138,7 @@ class StepTime:
     compute_s: float  # FLOPs / (N x peak x MFU): the step's matmul work spread evenly over all GPUs
     tp_comm_s: float  # tensor-parallel activation all-reduces (intra-node link)
     ep_comm_s: float  # expert-parallel token all-to-alls (MoE; 0 at ep = 1)
+    cp_comm_s: float  # context-parallel K/V ring passes (0 at cp = 1)
     pp_bubble_s: float  # pipeline fill/drain: (p - 1) / m x (compute + tensor-parallel time)
     pp_p2p_s: float  # activations / gradients sent between pipeline stages
     dp_comm_s: float  # gradient all-reduce across replicas, after overlap with backward (DP_COMM_OVERLAP)
@@ -165,9 +173,10 @@ def _components(
     mfu: float | None,
     overhead_s: float | None,
     ep=1,
+    cp=1,
 ) -> dict[str, np.ndarray]:
     """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
-    d, t, p, b, e = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep))
+    d, t, p, b, e, c = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep, cp))
     setup = training.precision_setup
     eff = gpu.efficiency(setup.compute_dtype) if mfu is None else mfu
     overhead_s = gpu.step_overhead_s if overhead_s is None else overhead_s
@@ -175,8 +184,8 @@ def _components(
     nominal_intra = gpu.intra_link_gbyte_s if intra_link_gbyte_s is None else intra_link_gbyte_s
     intra_bytes_s = nominal_intra * 1e9 * gpu.intra_link_efficiency
     node_nic_bytes_s = network_gbit_s * 1e9 / BITS_PER_BYTE * gpu.network_efficiency
-    n_gpus = d * t * p
-    s, h = training.seq_len, model.hidden_size
+    n_gpus = d * t * p * c
+    s, h = training.seq_len / c, model.hidden_size  # s: the tokens of each sample one GPU holds (seq_len / cp)
 
     # Compute: the step's FLOPs spread over all N GPUs at the achievable fraction of peak.
     flops = training_flops_per_step(model, training)
@@ -205,13 +214,22 @@ def _components(
     moe_layers_per_stage = model.num_moe_layers / p
     ep_comm_s = alltoalls * moe_layers_per_stage * m * (e - 1) / e * a2a_bytes / ep_link
 
+    # Context parallel: per layer and micro-batch each GPU's K and V chunks (b x seq_len / cp tokens x the K and V
+    # widths / t: heads split over t) travel cp - 1 hops. Megatron's rank order is t, cp, ...: the ring stays in a
+    # node while t x cp fits it; else every hop out of the node shares the NIC with the node's other t rings.
+    kv_chunk_bytes = b * s * (model.kv_dim + model.v_dim) / t * setup.activation_bytes
+    passes = CP_KV_PASSES + (CP_KV_PASSES_RECOMPUTE if training.recompute == "full" else 0)
+    cp_link = np.where(t * c <= gpus_per_node, intra_bytes_s,
+                       np.minimum(intra_bytes_s, node_nic_bytes_s / np.minimum(t, gpus_per_node)))
+    cp_comm_s = passes * layers_per_stage * m * (c - 1) * kv_chunk_bytes / cp_link
+
     # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1).
-    pp_bubble_s = (p - 1) / m * (compute_s + tp_comm_s + ep_comm_s)
+    pp_bubble_s = (p - 1) / m * (compute_s + tp_comm_s + ep_comm_s + cp_comm_s)
 
     # Placement model: ranks are laid out t fastest, then p, then d, filling nodes of `gpus_per_node` in order
     # (Narayanan 2021 Sec. 3.3: tensor inside a node, pipeline and data across). A replica spans t x p GPUs.
     spans_nodes = n_gpus > gpus_per_node
-    replica_spans_nodes = t * p > gpus_per_node
+    replica_spans_nodes = t * p * c > gpus_per_node
     # One node's NIC is shared by every ring that leaves the node: one per distinct shard on it (min(t x p, node)).
     rings_per_nic = np.minimum(t * p, gpus_per_node)
     net_per_ring = node_nic_bytes_s / rings_per_nic
@@ -222,16 +240,19 @@ def _components(
     pp_p2p_s = np.where(p > 1, 2 * m * activation_msg_bytes / t / p2p_link, 0.0)
 
     # Data parallel: ring all-reduce of one shard's gradients, params / (t x p) x grad bytes, moving
-    # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes). Routed
-    # experts are split ep ways more and all-reduced over the d / ep ranks that hold the same experts (Megatron's
-    # expert-data-parallel group).
+    # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes). The cp
+    # ranks of a replica hold the same parameters: the ring runs over d x cp ranks (Megatron's data-parallel group
+    # with context parallelism; torchtitan's dp_shard_cp mesh). Routed experts are split ep ways more and
+    # all-reduced over the d x cp / ep ranks that hold the same experts (Megatron's expert-data-parallel group).
     routed = float(model.routed_expert_parameters() * model.num_moe_layers)
     dense_shard = (model.parameter_count() - routed) / (t * p)
     expert_shard = routed / (t * p * e)
-    d_expert = d / e
+    d_grad = d * c
+    d_expert = d_grad / e
     volume = ZERO3_DP_VOLUME_FACTOR if training.zero_stage == 3 else 1.0
     dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    ring_bytes = (2 * (d - 1) / d * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) * setup.grad_bytes
+    ring_bytes = (2 * (d_grad - 1) / d_grad * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) \
+        * setup.grad_bytes
     dp_comm_s = (1.0 - DP_COMM_OVERLAP) * volume * ring_bytes / dp_link
 
     # Optimizer: one sweep reading weights, grads, master copy and states and writing weights, master and states,
@@ -240,16 +261,18 @@ def _components(
     read_bytes = setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
     write_bytes = setup.param_bytes + setup.master_bytes + state_bytes
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
-    opt_params = dense_shard / d + expert_shard / d_expert if sharded else dense_shard + expert_shard
+    opt_params = dense_shard / d_grad + expert_shard / d_expert if sharded else dense_shard + expert_shard
     optimizer_s = opt_params * (read_bytes + write_bytes) / (gpu.memory_bandwidth_gbyte_s * 1e9)
 
-    total = compute_s + tp_comm_s + ep_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s + overhead_s
+    total = compute_s + tp_comm_s + ep_comm_s + cp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s \
+        + overhead_s
     return {
         "flops": np.asarray(flops),
         "m": m,
         "compute_s": compute_s,
         "tp_comm_s": tp_comm_s,
         "ep_comm_s": ep_comm_s,
+        "cp_comm_s": cp_comm_s,
         "pp_bubble_s": pp_bubble_s,
         "pp_p2p_s": pp_p2p_s,
         "dp_comm_s": dp_comm_s,
@@ -299,6 +322,7 @@ def step_time(
         mfu=mfu,
         overhead_s=overhead_s,
         ep=par.ep,
+        cp=par.cp,
     )
     return StepTime(
         flops_per_step=float(c["flops"]),
@@ -306,6 +330,7 @@ def step_time(
         compute_s=float(c["compute_s"]),
         tp_comm_s=float(c["tp_comm_s"]),
         ep_comm_s=float(c["ep_comm_s"]),
+        cp_comm_s=float(c["cp_comm_s"]),
         pp_bubble_s=float(c["pp_bubble_s"]),
         pp_p2p_s=float(c["pp_p2p_s"]),
         dp_comm_s=float(c["dp_comm_s"]),
@@ -332,8 +357,9 @@ def step_time_totals(
     mfu: float | None = None,
     overhead_s: float | None = None,
     ep=1,
+    cp=1,
 ) -> np.ndarray:
-    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch and ep (broadcast together), without a loop.
+    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch, ep and cp (broadcast together), no loop.
 
     `micro_batch` replaces `training.micro_batch`; splits are not validated here (filter them before ranking).
 
@@ -357,5 +383,6 @@ def step_time_totals(
         mfu=mfu,
         overhead_s=overhead_s,
         ep=ep,
+        cp=cp,
     )
     return np.asarray(c["total"], dtype=np.float64)

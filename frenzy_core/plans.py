@@ -8,13 +8,15 @@ them. We rank by a named objective (docs/ranking.md):
 - `cost`: lowest cost (GPU-hours x the catalog price of the GPU type); ties -> shorter time.
 - `gpus`: fewest GPUs; ties -> shorter time.
 
-Every objective ends with the same deterministic tie-break: GPU type name, then t, then p, then d (ascending).
+Every objective ends with the same deterministic tie-break: GPU type name, then t, then p, then d, then cp
+(ascending).
 
 Enumeration (per GPU type present in the cluster): t divides the query heads and the KV heads and t <= the largest
 node of that type (tensor parallelism stays inside a node); p divides the layers; d x micro-batch x accumulation =
-global batch; d x t x p <= the GPUs of that type; for an MoE model, ep divides the experts and d (`hf`: ep = 1).
-For each (type, d, t, p) we keep the micro-batch and ep with the shortest step (ties -> the larger micro-batch, then
-the smaller ep), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin.
+global batch; cp (ring attention) leaves each rank at least MIN_CP_TOKENS tokens (`context_parallel_sizes`);
+d x t x p x cp <= the GPUs of that type; for an MoE model, ep divides the experts and d x cp (`hf`: ep = 1).
+For each (type, d, t, p, cp) we keep the micro-batch and ep with the shortest step (ties -> the larger micro-batch,
+then the smaller ep), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin.
 Memory and step time are evaluated on numpy arrays, one call per GPU type.
 """
 
@@ -52,7 +54,7 @@ class Plan:
     dp: int  # d: data-parallel replicas
     tp: int  # t: tensor-parallel shards (inside one node)
     pp: int  # p: pipeline stages
-    num_gpus: int  # d x t x p
+    num_gpus: int  # d x t x p x cp
     micro_batch: int  # samples per forward/backward on one replica
     grad_accum: int  # micro-batches per optimizer step and replica: global_batch / (micro_batch x d)
     memory_bytes: int  # predicted peak per-GPU memory
@@ -63,23 +65,24 @@ class Plan:
     time_to_train_s: float  # token budget / tokens_per_s
     gpu_hours: float  # num_gpus x time_to_train_s / 3600
     cost_usd: float  # gpu_hours x the GPU type's price per hour
-    ep: int = 1  # expert-parallel ranks (MoE), carved out of d: each holds num_experts / ep experts
+    ep: int = 1  # expert-parallel ranks (MoE), carved out of d x cp: each holds num_experts / ep experts
+    cp: int = 1  # context-parallel ranks: each holds seq_len / cp tokens of every sample (ring attention)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @property
     def parallelism(self) -> Parallelism:
-        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, ep=self.ep)
+        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
 
     def label(self) -> str:
-        ep = f" ep={self.ep}" if self.ep > 1 else ""
-        return (f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp}{ep} "
+        extra = "".join(f" {k}={v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1)
+        return (f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp}{extra} "
                 f"({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})")
 
 
 _PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
-_INT_FIELDS = {"dp", "tp", "pp", "ep", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
+_INT_FIELDS = {"dp", "tp", "pp", "ep", "cp", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
                "gpu_memory_bytes"}
 
 
@@ -142,7 +145,7 @@ class PlanSet:
                  if limits.get(k) not in (None, 0, 0.0)]
         kept = f"{len(self)} plans fit in memory" + (" and pass the constraints" if parts else "")
         return (f"{kept} ({'; '.join(parts)}). " if parts else f"{kept}. ") + (
-            f"Ranked by {keys}, then GPU type name, t, p, d (objective: {self.objective}).")
+            f"Ranked by {keys}, then GPU type name, t, p, d, cp (objective: {self.objective}).")
 
     @property
     def why_top(self) -> str | None:
@@ -169,7 +172,7 @@ class PlanSet:
                 lead = "wins on" if i == 0 else f"ties with the runner-up on {_KEY_WORDS[keys[0]][2]} and wins on"
                 return f"{best.label()} {lead} {phrase} over {runner.label()}; {tail}."
         return (f"{best.label()} ties with {runner.label()} on every objective key and wins on the deterministic "
-                f"tie-break (GPU type name, then t, p, d); {tail}.")
+                f"tie-break (GPU type name, then t, p, d, cp); {tail}.")
 
 
 def _duration(seconds: float) -> str:
@@ -233,6 +236,26 @@ def within_scaling_floor(plans: Sequence[Plan], floor: float = DEFAULT_SCALING_F
     return tuple(p for p, k in zip(plans, keep, strict=True) if k)
 
 
+# Context parallelism is tried while each rank keeps at least this many tokens of a sample: ring attention hides its
+# K/V passes behind the attention compute only for long chunks (torchtitan's and Megatron's published CP runs hold
+# 8k-32k tokens per rank), and it keeps the grid small for ordinary sequences (2,048-4,096 tokens: cp = 1 only).
+MIN_CP_TOKENS = 4096
+# Stacks whose context parallelism is ring attention (what memory.py and perf.py model): Megatron-Core
+# (--context-parallel-size), torchtitan (context_parallel_degree), and our own decoder. DeepSpeed's Ulysses sequence
+# parallelism is a different all-to-all scheme; Hugging Face Trainer has none.
+CP_FRAMEWORKS = ("pytorch", "megatron", "fsdp2", "unknown")
+
+
+def context_parallel_sizes(training: TrainingSpec, max_gpus: int) -> np.ndarray:
+    """The cp the planner tries: 1, and every cp <= max_gpus with seq_len a multiple of 2 cp (load-balanced chunks)
+    and at least MIN_CP_TOKENS tokens per rank, under a framework with ring attention."""
+    s = training.seq_len
+    if training.framework not in CP_FRAMEWORKS:
+        return np.array([1], dtype=np.int64)
+    return np.array([c for c in divisors(s // 2) if c == 1 or (s // c >= MIN_CP_TOKENS and c <= max_gpus)]
+                    if s % 2 == 0 else [1], dtype=np.int64)
+
+
 def expert_parallel_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
     """The ep the planner tries: every divisor of num_experts for an MoE model, else 1. Hugging Face Trainer /
     accelerate has no expert parallelism (each rank holds every expert), so framework hf keeps ep = 1."""
@@ -247,7 +270,7 @@ def _divisors(n: int) -> np.ndarray:
 
 def _sort_keys(objective: str, cols: dict[str, np.ndarray]) -> list[np.ndarray]:
     """np.lexsort keys, least significant first; the last key is the primary one."""
-    tie = [cols["dp"], cols["pp"], cols["tp"], cols["type_rank"]]
+    tie = [cols["cp"], cols["dp"], cols["pp"], cols["tp"], cols["type_rank"]]
     return tie + [cols[k] for k in reversed(_OBJECTIVE_KEYS[objective])]
 
 
@@ -314,17 +337,18 @@ def rank_plans(
     p_all = _divisors(model.num_layers)
     p_all = p_all[p_all <= max_total]
     e_all = expert_parallel_sizes(model, training)
+    c_all = context_parallel_sizes(training, max_total)
     db = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    T, P, K, E = np.meshgrid(t_all, p_all, np.arange(len(db)), e_all, indexing="ij")
-    t_g, p_g, e_g = T.ravel(), P.ravel(), E.ravel()
+    T, P, K, E, C = np.meshgrid(t_all, p_all, np.arange(len(db)), e_all, c_all, indexing="ij")
+    t_g, p_g, e_g, c_g = T.ravel(), P.ravel(), E.ravel(), C.ravel()
     d_g, b_g = db[K.ravel(), 0], db[K.ravel(), 1]
-    n_g = d_g * t_g * p_g
-    keep = (n_g <= max_total) & (d_g % e_g == 0)  # ep is carved out of d (cp = 1, etp = t: ep divides d)
-    t_g, p_g, d_g, b_g, n_g, e_g = t_g[keep], p_g[keep], d_g[keep], b_g[keep], n_g[keep], e_g[keep]
+    n_g = d_g * t_g * p_g * c_g
+    keep = (n_g <= max_total) & ((d_g * c_g) % e_g == 0)  # ep is carved out of d x cp (etp = t)
+    t_g, p_g, d_g, b_g, n_g, e_g, c_g = (x[keep] for x in (t_g, p_g, d_g, b_g, n_g, e_g, c_g))
 
     # Memory does not depend on the GPU type: one vectorised call for the whole grid.
     mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead,
-                                             ep=e_g), dtype=np.float64)
+                                             ep=e_g, cp=c_g), dtype=np.float64)
     min_memory = float(mem_g.min()) if len(mem_g) else 0.0
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in (*_PLAN_FIELDS, "type_rank")}
@@ -340,26 +364,27 @@ def rank_plans(
         sel = (n_g <= cap) & (t_g <= per_node)
         if not sel.any():
             continue
-        d, t, p, b, n, mem, e = d_g[sel], t_g[sel], p_g[sel], b_g[sel], n_g[sel], mem_g[sel], e_g[sel]
+        d, t, p, b, n, mem, e, c = (x[sel] for x in (d_g, t_g, p_g, b_g, n_g, mem_g, e_g, c_g))
         step = np.asarray(step_time_totals(
             model, training, gpu, d, t, p, b,
             intra_link_gbyte_s=intra_gbyte_s,
             network_gbit_s=network_gbit_s,
             gpus_per_node=per_node,
             ep=e,
+            cp=c,
         ), dtype=np.float64)
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fits = mem <= usable
-        # One row per (d, t, p): the fitting micro-batch (and ep) with the shortest step (ties -> larger micro-batch,
-        # then smaller ep); when none fits, the smallest-memory one (for the heatmap).
-        order = np.lexsort((e, -b, np.where(fits, step, mem), ~fits, p, t, d))
+        # One row per (d, t, p, cp): the fitting micro-batch (and ep) with the shortest step (ties -> larger
+        # micro-batch, then smaller ep); when none fits, the smallest-memory one (for the heatmap).
+        order = np.lexsort((e, -b, np.where(fits, step, mem), ~fits, c, p, t, d))
         first = np.ones(len(order), dtype=bool)
-        key = np.stack([d[order], t[order], p[order]], axis=1)
+        key = np.stack([d[order], t[order], p[order], c[order]], axis=1)
         first[1:] = np.any(key[1:] != key[:-1], axis=1)
         pick = order[first]
         grid_parts.append({
             "gpu_type": np.full(len(pick), name, dtype=object), "dp": d[pick], "tp": t[pick], "pp": p[pick],
-            "ep": e[pick], "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
+            "ep": e[pick], "cp": c[pick], "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
             "usable_bytes": np.full(len(pick), usable), "headroom_bytes": usable - mem[pick],
             "feasible": fits[pick], "step_time_s": step[pick],
         })
@@ -376,7 +401,7 @@ def rank_plans(
             "micro_batch": b[ok], "grad_accum": B // (b[ok] * d[ok]), "memory_bytes": np.ceil(mem[ok]),
             "headroom_bytes": np.floor(usable - mem[ok]), "gpu_memory_bytes": np.full(m, gpu.memory_bytes),
             "step_time_s": st, "tokens_per_s": tps, "time_to_train_s": ttt, "gpu_hours": gh,
-            "cost_usd": gh * gpu.price_per_hour_usd, "ep": e[ok], "type_rank": np.full(m, rank),
+            "cost_usd": gh * gpu.price_per_hour_usd, "ep": e[ok], "cp": c[ok], "type_rank": np.full(m, rank),
         }.items():
             cols[k].append(v)
 

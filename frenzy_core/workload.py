@@ -35,7 +35,7 @@ from frenzy_core.errors import SpecError
 from frenzy_core.gpus import GPUType
 from frenzy_core.limits import divisors, short_repr
 from frenzy_core.models import ZOO, ModelSpec
-from frenzy_core.plans import Plan, expert_parallel_sizes
+from frenzy_core.plans import Plan, context_parallel_sizes, expert_parallel_sizes
 from frenzy_core.training import Parallelism, TrainingSpec
 
 # (lowest GPU count of the bucket, candidate models); a job takes the last bucket whose lower bound it reaches.
@@ -202,18 +202,21 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: int) -> list[Parallelism]:
-    """Every valid d x t x p = count: t divides the heads and fits a node, p divides the layers, d x b divides B;
-    for an MoE model each ep of `plans.expert_parallel_sizes` that divides d, as rank_plans enumerates them."""
+    """Every valid d x t x p x cp = count: t divides the heads and fits a node, p divides the layers, d x b divides
+    B, cp is one of `plans.context_parallel_sizes`; for an MoE model each ep of `plans.expert_parallel_sizes` that
+    divides d x cp, as rank_plans enumerates them."""
     eps = [int(e) for e in expert_parallel_sizes(model, training)]
+    cps = [int(c) for c in context_parallel_sizes(training, count)]
     out = []
-    for tp in _divisors(count):
-        if tp > gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
-            continue
-        for pp in _divisors(count // tp):
-            dp = count // tp // pp
-            if model.num_layers % pp or training.global_batch % (training.micro_batch * dp):
+    for cp in (c for c in cps if count % c == 0):
+        for tp in _divisors(count // cp):
+            if tp > gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
                 continue
-            out += [Parallelism(dp=dp, tp=tp, pp=pp, ep=ep) for ep in eps if dp % ep == 0]
+            for pp in _divisors(count // cp // tp):
+                dp = count // cp // tp // pp
+                if model.num_layers % pp or training.global_batch % (training.micro_batch * dp):
+                    continue
+                out += [Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep) for ep in eps if (dp * cp) % ep == 0]
     return out
 
 
@@ -247,7 +250,7 @@ class PlanTable:
             tokens_per_s = training.tokens_per_step() / step
             t = 1e9 / tokens_per_s
             gh = par.num_gpus * t / 3600.0
-            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, ep=par.ep, num_gpus=par.num_gpus,
+            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, ep=par.ep, cp=par.cp, num_gpus=par.num_gpus,
                        micro_batch=training.micro_batch,
                        grad_accum=training.global_batch // (training.micro_batch * par.dp), memory_bytes=mem,
                        headroom_bytes=gpu.memory_bytes - mem, gpu_memory_bytes=gpu.memory_bytes, step_time_s=step,

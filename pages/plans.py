@@ -36,8 +36,9 @@ DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "de
 
 def plan_table(frame):
     columns = dict(COLUMNS)
-    if (frame["ep"] > 1).any():  # an MoE model's plans: the expert-parallel size next to the split
-        columns = {k: v for k, v in [*COLUMNS.items()][:4]} | {"ep": "ep (experts)"} | dict([*COLUMNS.items()][4:])
+    extra = {k: v for k, v in (("cp", "cp (context)"), ("ep", "ep (experts)")) if (frame[k] > 1).any()}
+    if extra:  # long sequences / MoE models: the context- and expert-parallel sizes next to the split
+        columns = dict([*COLUMNS.items()][:4]) | extra | dict([*COLUMNS.items()][4:])
     table = frame.assign(memory_gib=frame["memory_bytes"] / common.GIB_FLOAT,
                          headroom_gib=frame["headroom_bytes"] / common.GIB_FLOAT,
                          hours=frame["time_to_train_s"] / 3600.0)[list(columns)]
@@ -113,6 +114,18 @@ if grid.empty:
     st.info("No split could be enumerated for this batch on this cluster.")
 else:
     grid = grid.assign(headroom_gib=grid["headroom_bytes"] / common.GIB_FLOAT)
+    cp_values = sorted(int(v) for v in grid["cp"].unique())
+    if len(cp_values) > 1:  # one cp at a time: a d x t cell holds one split (the best plan's cp first)
+        if best is not None and ss.get("plans_cp_for") != best.label():
+            ss.plans_cp, ss.plans_cp_for = best.cp, best.label()
+        if ss.get("plans_cp") not in cp_values:
+            ss.plans_cp = cp_values[0]
+        cp = st.select_slider("context-parallel ranks cp", cp_values, key="plans_cp",
+                              help="each of cp GPUs holds seq_len / cp tokens (ring attention); a plan takes "
+                                   "d x t x p x cp GPUs")
+        grid = grid[grid["cp"] == cp]
+    else:
+        cp = cp_values[0]
     p_values = sorted(int(v) for v in grid["pp"].unique())
     if best is not None and ss.get("plans_p_for") != best.label():  # a new winner: open its p
         ss.plans_p, ss.plans_p_for = best.pp, best.label()
@@ -123,7 +136,9 @@ else:
     # one colour scale for every GPU type, spanning the feasible headroom (deeper deficits saturate red)
     fit = grid.loc[grid["feasible"], "headroom_gib"]
     lim = max(1.0, float(fit.max()) if len(fit) else float(grid["headroom_gib"].abs().max()))
-    st.vega_lite_chart(charts.headroom_heatmaps(grid, types, p, lim, best), key="plans_heatmaps", width="content")
+    shown_best = best if best is not None and best.cp == cp else None
+    st.vega_lite_chart(charts.headroom_heatmaps(grid, types, p, lim, shown_best), key="plans_heatmaps",
+                       width="content")
     st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit; ★: the "
                "best plan. Each cell uses the micro-batch with the fastest step that fits.")
 

@@ -680,3 +680,21 @@ def test_plans_of_an_moe_model_show_their_expert_parallel_size(app):
     table = app.dataframe[-1].value  # the ranked plans
     assert "ep (experts)" in table.columns and (table["ep (experts)"] > 1).any()
     assert (table["d (data)"] % table["ep (experts)"] == 0).all() and (8 % table["ep (experts)"] == 0).all()
+
+
+def test_plans_of_a_long_sequence_show_cp_and_a_heatmap_per_cp(app):
+    open_page(app, "pages/model_memory.py")
+    app.selectbox(key="zoo_pick").set_value("llama-3.1-8b").run()
+    app.number_input(key="tr_seq_len").set_value(65536)
+    app.number_input(key="tr_global_batch").set_value(16).run()
+    no_failure(app)
+    open_page(app, "pages/plans.py")
+    table = app.dataframe[-1].value
+    assert "cp (context)" in table.columns and (table["cp (context)"] > 1).any()
+    assert (table["GPUs"] == table["d (data)"] * table["t (tensor)"] * table["p (pipeline)"]
+            * table["cp (context)"]).all()
+    slider = app.select_slider(key="plans_cp")
+    best = app.session_state.plans_cp_for
+    assert f"cp={slider.value}" in best or slider.value == 1
+    slider.set_value(max(slider.options, key=int)).run()
+    no_failure(app)

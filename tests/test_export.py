@@ -254,3 +254,22 @@ def test_moe_plans_export_their_experts_and_ep():
     assert v3_flags["--moe-shared-expert-intermediate-size"] == "2048"
     dense = _flags(_shell_words(export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS)))
     assert "--num-experts" not in dense and "--expert-model-parallel-size" not in dense
+
+
+def test_context_parallel_plans_export_their_cp_or_are_refused_naming_the_export():
+    long = TrainingSpec(seq_len=32768, global_batch=16, framework="megatron", distributed_optimizer=True,
+                        recompute="full")
+    plan = next(p for p in rank_plans(MODEL, long, CLUSTER, tokens=TOKENS).plans if p.cp > 1)
+    flags = _flags(_shell_words(export_plan("megatron", MODEL, long, plan, CLUSTER, TOKENS)))
+    assert flags["--context-parallel-size"] == str(plan.cp)
+    assert plan.num_gpus == plan.dp * plan.tp * plan.pp * plan.cp
+    titan = tomllib.loads(export_plan("torchtitan", MODEL, long, plan, CLUSTER, TOKENS))["parallelism"]
+    world = (titan["data_parallel_replicate_degree"] * titan["data_parallel_shard_degree"]
+             * titan["tensor_parallel_degree"] * titan["pipeline_parallel_degree"] * titan["context_parallel_degree"])
+    assert titan["context_parallel_degree"] == plan.cp and world == plan.num_gpus
+    for fmt in ("deepspeed", "accelerate"):
+        with pytest.raises(SpecError, match=f"cp={plan.cp}") as err:
+            export_plan(fmt, MODEL, long, plan, CLUSTER, TOKENS)
+        assert err.value.field == "export"
+    assert "--context-parallel-size" not in _flags(_shell_words(export_plan("megatron", MODEL, TRAIN, SPREAD,
+                                                                            CLUSTER, TOKENS)))

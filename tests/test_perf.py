@@ -341,3 +341,38 @@ def test_vectorised_equals_scalar_over_ep():
     got = step_time_totals(MIXTRAL, tr, A100, d, t, p, 1, ep=e, gpus_per_node=8)
     want = [step_time(MIXTRAL, tr, Parallelism(dp=a, tp=b, pp=c, ep=x), A100).step_time_s for a, b, c, x in grid]
     assert got == pytest.approx(want, rel=1e-12)
+
+
+# --- context parallelism ---------------------------------------------------------------------------------------------
+LLAMA8 = ZOO["llama-3.1-8b"]  # 32 layers, 8 KV heads x 128: K and V are 1024 wide each; 8,030,261,248 parameters
+
+
+def test_context_parallel_ring_by_hand():
+    """cp 8 in one A100 node: per layer and micro-batch each GPU's K and V chunk (4096 tokens x 2048 x 2 bytes) goes
+    7 hops, 3 times (forward K,V; backward K,V and dK,dV), over NVLink; every other term sees 32768 / 8 tokens."""
+    tr = TrainingSpec(seq_len=32768, global_batch=2, micro_batch=1, precision="bf16-master")
+    st = step_time(LLAMA8, tr, Parallelism(cp=8), A100, mfu=0.5)
+    chunk = 1 * 4096 * (1024 + 1024) * 2
+    m = 2  # global 2 / (d 1 x micro 1)
+    assert st.cp_comm_s == pytest.approx(3 * 32 * m * 7 * chunk / 300e9, rel=1e-12)
+    full = step_time(LLAMA8, tr.model_copy(update={"recompute": "full"}), Parallelism(cp=8), A100, mfu=0.5)
+    assert full.cp_comm_s == pytest.approx(4 * 32 * m * 7 * chunk / 300e9, rel=1e-12)
+    # the 8 cp ranks hold the same parameters: their fp32 gradients are all-reduced over d x cp = 8 ranks
+    assert st.dp_comm_s == pytest.approx(2 * 7 / 8 * LLAMA8.parameter_count() * 4 / 300e9, rel=1e-12)
+    assert st.num_gpus == 8
+    assert st.compute_s == pytest.approx(training_flops_per_step(LLAMA8, tr) / (8 * 312e12 * 0.5), rel=1e-12)
+    # t 2 x cp 8 spans two nodes: the hop out of a node shares the 100 Gbit/s NIC with the node's other t ring
+    far = step_time(LLAMA8, tr, Parallelism(tp=2, cp=8), A100, mfu=0.5, network_gbit_s=100, gpus_per_node=8)
+    assert far.cp_comm_s == pytest.approx(3 * 32 * m * 7 * (chunk / 2) / (12.5e9 / 2), rel=1e-12)
+    # the TP all-reduces carry the 4096 tokens each GPU holds, not the whole sample
+    assert far.tp_comm_s == pytest.approx(4 * 32 * m * 2 * 1 / 2 * 4096 * 4096 * 2 / 300e9, rel=1e-12)
+    assert step_time(LLAMA8, tr, Parallelism(dp=2), A100, mfu=0.5).cp_comm_s == 0.0
+
+
+def test_vectorised_equals_scalar_over_cp():
+    tr = TrainingSpec(seq_len=32768, global_batch=8, micro_batch=1, precision="bf16-master", recompute="full")
+    grid = list(itertools.product((1, 2, 4), (1, 2, 8), (1, 2), (1, 2, 4, 8)))
+    d, t, p, c = (np.array(x) for x in zip(*grid, strict=True))
+    got = step_time_totals(LLAMA8, tr, A100, d, t, p, 1, cp=c, gpus_per_node=8)
+    want = [step_time(LLAMA8, tr, Parallelism(dp=a, tp=b, pp=q, cp=x), A100).step_time_s for a, b, q, x in grid]
+    assert got == pytest.approx(want, rel=1e-12)

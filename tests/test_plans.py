@@ -521,17 +521,18 @@ def test_a_plan_needing_exactly_the_usable_memory_fits():
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_sort_keys_rank_by_the_documented_keys_at_every_level_of_ties(objective):
-    # every combination of two values per key, so each key (primary, secondary, third, then type, t, p, d) is the
-    # one that decides for some pair: the order must be Python's sort by the documented tuple (docs/ranking.md)
+    # every combination of two values per key, so each key (primary, secondary, third, then type, t, p, d, cp) is
+    # the one that decides for some pair: the order must be Python's sort by the documented tuple (docs/ranking.md)
     from frenzy_core.plans import _sort_keys
 
-    names = ("time_to_train_s", "num_gpus", "cost_usd", "gpu_hours", "type_rank", "tp", "pp", "dp")
+    names = ("time_to_train_s", "num_gpus", "cost_usd", "gpu_hours", "type_rank", "tp", "pp", "dp", "cp")
     rows = list(itertools.product((1.0, 2.0), repeat=len(names)))
     cols = {k: np.array([r[i] for r in rows]) for i, k in enumerate(names)}
     documented = {"time": ("time_to_train_s", "num_gpus", "cost_usd"),
                   "gpu-hours": ("gpu_hours", "time_to_train_s", "num_gpus"),
                   "cost": ("cost_usd", "time_to_train_s", "num_gpus"),
-                  "gpus": ("num_gpus", "time_to_train_s", "cost_usd")}[objective] + ("type_rank", "tp", "pp", "dp")
+                  "gpus": ("num_gpus", "time_to_train_s", "cost_usd")}[objective] + ("type_rank", "tp", "pp", "dp",
+                                                                                     "cp")
     want = sorted(range(len(rows)), key=lambda i: tuple(rows[i][names.index(k)] for k in documented))
     assert np.lexsort(_sort_keys(objective, cols)).tolist() == want
 
@@ -555,28 +556,38 @@ TINY_MOE = ModelSpec(name="tiny-moe", vocab_size=32000, hidden_size=2048, num_la
 MOE_TRAIN = TrainingSpec(seq_len=2048, global_batch=16, framework="megatron", distributed_optimizer=True)
 
 
-def test_moe_plans_are_the_brute_force_best_over_micro_batch_and_ep():
-    """Scalar loops over (type, d, t, p, ep, micro-batch): the same (type, d, t, p) fit, and each plan carries the
-    fastest fitting (micro-batch, ep), its memory and step the scalar predictors' for that split."""
+def _fastest_fitting(model, training, cluster, splits, key) -> dict[tuple, float]:
+    """Brute force with the scalar predictors: for each `key(gpu type, par)` the shortest step of any split in
+    `splits` (Parallelism values) and micro-batch dividing the replica's batch that fits capacity x 0.9, with the
+    node shape rank_plans prices links by. A split needs whole t-groups per node and at most the type's GPUs."""
     from frenzy_core.perf import step_time
     from frenzy_core.workload import node_shape
 
-    result = rank_plans(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, objective="time")
-    want: dict[tuple, float] = {}
-    for gpu_name, total in MOE_CLUSTER.gpus_by_type().items():
-        gpu, shape = MOE_CLUSTER.gpu(gpu_name), node_shape(MOE_CLUSTER, gpu_name)
-        for d, t, p, ep in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8, 16)):
-            if d * t * p > total or t > shape.gpus_per_node or d % ep or 16 % d:
+    best: dict[tuple, float] = {}
+    for gpu_name, total in cluster.gpus_by_type().items():
+        gpu, shape = cluster.gpu(gpu_name), node_shape(cluster, gpu_name)
+        for par in splits:
+            if par.num_gpus > total or par.tp > shape.gpus_per_node or par.num_gpus > total // par.tp * par.tp:
                 continue
-            for b in (x for x in (1, 2, 4, 8, 16) if (16 // d) % x == 0):
-                tr = MOE_TRAIN.model_copy(update={"micro_batch": b})
-                par = Parallelism(dp=d, tp=t, pp=p, ep=ep)
-                if predict_memory(TINY_MOE, tr, par).total_bytes > gpu.memory_bytes * 0.9:
+            per_replica = training.global_batch // par.dp
+            for b in (x for x in range(1, per_replica + 1) if per_replica % x == 0):
+                tr = training.model_copy(update={"micro_batch": b})
+                if predict_memory(model, tr, par).total_bytes > gpu.memory_bytes * 0.9:
                     continue
-                step = step_time(TINY_MOE, tr, par, gpu, intra_link_gbyte_s=shape.intra_link_gbyte_s,
+                step = step_time(model, tr, par, gpu, intra_link_gbyte_s=shape.intra_link_gbyte_s,
                                  network_gbit_s=shape.network_gbit_s, gpus_per_node=shape.gpus_per_node).step_time_s
-                key = (gpu_name, d, t, p)
-                want[key] = min(want.get(key, np.inf), step)
+                k = key(gpu_name, par)
+                best[k] = min(best.get(k, np.inf), step)
+    return best
+
+
+def test_moe_plans_are_the_brute_force_best_over_micro_batch_and_ep():
+    """Scalar loops over (type, d, t, p, ep, micro-batch): the same (type, d, t, p) fit, and each plan carries the
+    fastest fitting (micro-batch, ep), its memory and step the scalar predictors' for that split."""
+    result = rank_plans(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, objective="time")
+    splits = [Parallelism(dp=d, tp=t, pp=p, ep=ep) for d, t, p, ep in
+              itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8, 16)) if d % ep == 0]
+    want = _fastest_fitting(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, splits, lambda g, q: (g, q.dp, q.tp, q.pp))
     got = {(q.gpu_type, q.dp, q.tp, q.pp): q for q in result.plans}
     assert set(got) == set(want)
     for key, plan in got.items():
@@ -597,3 +608,38 @@ def test_dense_models_and_hugging_face_keep_ep_1():
     split = next(q for q in plans if q.ep > 1)
     assert f"p={split.pp} ep={split.ep} (" in split.label()
     assert "ep=" not in next(q for q in plans if q.ep == 1).label()
+
+
+# --- context parallelism ---------------------------------------------------------------------------------------------
+LONG = TrainingSpec(seq_len=16384, global_batch=8, precision="bf16-master")  # cp 1, 2 or 4 (>= 4,096 tokens per rank)
+
+
+def test_long_sequence_plans_are_the_brute_force_best_over_cp():
+    """Scalar loops over (type, d, t, p, cp, micro-batch) for Qwen3-0.6B at 16k tokens: the same (type, d, t, p, cp)
+    fit and each plan has the fastest fitting micro-batch's step; the 40 GB A100s hold one replica only with cp."""
+    model = ZOO["qwen3-0.6b"]  # 16 query / 8 KV heads, 28 layers
+    result = rank_plans(model, LONG, MOE_CLUSTER, objective="time")
+    splits = [Parallelism(dp=d, tp=t, pp=p, cp=cp) for d, t, p, cp in
+              itertools.product((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 7, 14, 28), (1, 2, 4))]
+    want = _fastest_fitting(model, LONG, MOE_CLUSTER, splits, lambda g, q: (g, q.dp, q.tp, q.pp, q.cp))
+    got = {(q.gpu_type, q.dp, q.tp, q.pp, q.cp): q for q in result.plans}
+    assert set(got) == set(want)
+    for key, plan in got.items():
+        assert plan.step_time_s == pytest.approx(want[key], rel=1e-9), plan.label()
+        assert plan.num_gpus == plan.dp * plan.tp * plan.pp * plan.cp
+    one_replica = {q.cp for q in result.plans if q.gpu_type == "A100-40GB" and q.dp == q.tp == q.pp == 1}
+    assert one_replica and 1 not in one_replica  # 63 GiB at cp 1 > 36 GiB usable
+    assert {q.cp for q in result.plans} == {1, 2, 4}
+    split = next(q for q in result.plans if q.cp > 1)
+    assert f"p={split.pp} cp={split.cp} (" in split.label()
+
+
+def test_cp_is_tried_only_where_ring_attention_runs_and_chunks_stay_long():
+    from frenzy_core.plans import context_parallel_sizes
+
+    assert context_parallel_sizes(LONG, 1024).tolist() == [1, 2, 4]
+    assert context_parallel_sizes(LONG.model_copy(update={"seq_len": 4096}), 1024).tolist() == [1]
+    assert context_parallel_sizes(LONG.model_copy(update={"seq_len": 131072}), 16).tolist() == [1, 2, 4, 8, 16]
+    for fw in ("hf", "deepspeed"):
+        assert context_parallel_sizes(LONG.model_copy(update={"framework": fw}), 1024).tolist() == [1]
+    assert {q.cp for q in rank_plans(MODEL, TRAIN, SMALL).plans} == {1}  # 1,024 tokens: never split

@@ -155,3 +155,11 @@ nodes:
     # 12 A100s with t = 8 would need a 12-GPU node: neither may offer a t = 8 plan of 12 GPUs
     assert not [p for p in ranked.plans if p.gpu_type == "A100-80GB" and p.num_gpus == 12 and p.tp == 8]
     assert table.best(model, training, "A100-80GB", 12, safety_margin=0.10).tp < 8
+
+
+def test_splits_of_a_long_sequence_carry_cp_within_the_count():
+    tr = TrainingSpec(seq_len=16384, global_batch=8, precision="bf16-master")
+    got = splits(ZOO["llama-3.1-8b"], tr, 8, gpus_per_node=8)
+    assert {p.cp for p in got} == {1, 2, 4} and all(p.num_gpus == 8 for p in got)
+    assert (2, 1, 1, 4) in {(p.dp, p.tp, p.pp, p.cp) for p in got}
+    assert (8, 1, 1, 1) in {(p.dp, p.tp, p.pp, p.cp) for p in got}
