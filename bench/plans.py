@@ -4,7 +4,8 @@ Target (issue 3): under 20 ms. Prints the timing per model and, on the last line
 (the median over repeats for the headline model, llama-3.1-8b, global batch 1,024) and the number of plans. The MoE
 models (mixtral-8x7b, deepseek-v3) also enumerate every expert-parallel size (8 and 256 experts: 4 and 9 values of
 ep), reported as `moe_plans_ms`; llama-3.1-8b at 131,072 tokens also tries every context-parallel size (cp 1 to 32),
-reported as `long_context_plans_ms`.
+reported as `long_context_plans_ms`; llama-2-70b under framework megatron also tries every interleaving vp,
+reported as `megatron_interleaved_plans_ms`.
 """
 
 from __future__ import annotations
@@ -60,11 +61,15 @@ def main() -> None:
     long = training.model_copy(update={"seq_len": 131072, "global_batch": 64, "recompute": "full"})
     long_ms, long_feasible, long_grid = time_model("llama-3.1-8b", long, cluster)
     print(f"{'llama-3.1-8b 128k':16} {long_ms:>10.2f} {long_feasible:>9} {long_grid:>11}")
+    megatron = training.model_copy(update={"framework": "megatron", "distributed_optimizer": True})
+    mega_ms, mega_feasible, mega_grid = time_model("llama-2-70b", megatron, cluster)
+    print(f"{'llama-2-70b mcore':16} {mega_ms:>10.2f} {mega_feasible:>9} {mega_grid:>11}")
     ms, feasible, grid = results["llama-3.1-8b"]
     print(json.dumps({"plans_ms": round(ms, 3), "plans_feasible": feasible, "plans_enumerated": grid,
                       "max_plans_ms_over_models": round(max(r[0] for r in results.values()), 3),
                       "moe_plans_ms": {n: round(results[n][0], 3) for n in ("mixtral-8x7b", "deepseek-v3")},
                       "long_context_plans_ms": round(long_ms, 3), "long_context_plans_feasible": long_feasible,
+                      "megatron_interleaved_plans_ms": round(mega_ms, 3),
                       "gpu_types": len(CATALOG), "gpus_per_type": GPUS_PER_TYPE}))
 
 

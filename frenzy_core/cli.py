@@ -256,12 +256,13 @@ def cmd_plans(args) -> int:
         print(dumps_strict([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
         return 0
     print(f"{len(result.plans)} feasible plans for {model.name} on {cluster.name}, ranked by {args.objective}:")
-    moe = model.is_moe  # the ep column only where the planner tried expert parallelism
-    print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3}{' ep' if moe else ''} {'gpus':>5} {'mb':>3} {'GiB/GPU':>8} "
-          f"{'step s':>8} {'days':>7} {'GPU-h':>9} {'cost $':>10}")
+    # the vp / cp / ep columns only where some listed plan uses them
+    extra = [k for k in ("vp", "cp", "ep") if any(getattr(p, k) > 1 for p in top)]
+    print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3}{''.join(f' {k:>3}' for k in extra)} {'gpus':>5} {'mb':>3} "
+          f"{'GiB/GPU':>8} {'step s':>8} {'days':>7} {'GPU-h':>9} {'cost $':>10}")
     for i, p in enumerate(top, 1):
-        ep = f" {p.ep:>2}" if moe else ""
-        print(f"{i:>3} {p.gpu_type:12} {p.dp:>4} {p.tp:>3} {p.pp:>3}{ep} {p.num_gpus:>5} {p.micro_batch:>3} "
+        cols = "".join(f" {getattr(p, k):>3}" for k in extra)
+        print(f"{i:>3} {p.gpu_type:12} {p.dp:>4} {p.tp:>3} {p.pp:>3}{cols} {p.num_gpus:>5} {p.micro_batch:>3} "
               f"{p.memory_bytes / 2**30:>8.1f} {p.step_time_s:>8.3f} {p.time_to_train_s / 86400:>7.2f} "
               f"{p.gpu_hours:>9.0f} {p.cost_usd:>10.0f}")
     if result.why_top:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +99,8 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
     """Megatron-LM `pretrain_gpt.py` arguments for the plan (flag names from megatron/training/arguments.py)."""
     args = ["--tensor-model-parallel-size", plan.tp, "--pipeline-model-parallel-size", plan.pp,
             *(["--context-parallel-size", plan.cp] if plan.cp > 1 else []),
+            *(["--num-layers-per-virtual-pipeline-stage", model.num_layers // (plan.pp * plan.vp)] if plan.vp > 1
+              else []),
             "--micro-batch-size", plan.micro_batch, "--global-batch-size", training.global_batch,
             "--seq-length", training.seq_len, "--max-position-embeddings", max(training.seq_len, model.max_positions),
             "--num-layers", model.num_layers, "--hidden-size", model.hidden_size, "--ffn-hidden-size", model.ffn,
@@ -141,8 +145,15 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
     return [str(a) for a in args]
 
 
+def _shell_word(w: str) -> str:
+    """A word as the shell must see it: quoted unless it is plain (letters, digits, _@%+=:,./- and the $VAR
+    references the launch scripts rely on), e.g. Megatron's `--moe-layer-freq '([0]*3+[1]*58)'`."""
+    return w if re.fullmatch(r"[\w@%+=:,./$-]+", w) else shlex.quote(w)
+
+
 def _continued(words: list[str], indent: str = "    ") -> str:
     """`prog --flag value` as shell lines joined by backslash-newline, one flag (and its value) per line."""
+    words = [_shell_word(w) for w in words]
     lines: list[str] = [words[0]]
     for w in words[1:]:
         last = lines[-1]
@@ -164,7 +175,7 @@ def export_megatron(model, training, plan, cluster, tokens) -> str:
     head = (f"# Megatron-LM arguments for {plan.label()}: data-parallel size {plan.dp} = {plan.num_gpus} GPUs / "
             f"(t={plan.tp} x p={plan.pp}{f' x cp={plan.cp}' if plan.cp > 1 else ''}); {plan.grad_accum} micro-batches "
             f"per step"
-            + (f"; experts over ep={plan.ep} of the d ranks" if plan.ep > 1 else "") + "\n")
+            + (f"; experts over ep={plan.ep} of the d x cp ranks" if plan.ep > 1 else "") + "\n")
     launch = _torchrun(nodes, groups[0].gpus_per_node, f"$MASTER_ADDR:{RDZV_PORT}", "$JOB_ID") if len(groups) == 1 \
         else ["torchrun"]
     note = "" if len(groups) == 1 else "# nodes take different GPU counts: launch with --export slurm or kubernetes\n"
@@ -176,6 +187,9 @@ def deepspeed_config(model, training, plan, cluster, tokens) -> dict:
     if plan.cp > 1:
         raise SpecError("export", f"DeepSpeed has no ring-attention context parallelism (its Ulysses sequence "
                         f"parallelism is another scheme); export this cp={plan.cp} plan for megatron or torchtitan")
+    if plan.vp > 1:
+        raise SpecError("export", f"DeepSpeed's pipeline engine has no interleaved schedule; export this vp={plan.vp} "
+                        f"plan for megatron or torchtitan, or pick a plan with vp=1")
     if plan.pp > 1 and training.zero_stage >= 2:
         raise SpecError("zero_stage", f"DeepSpeed's pipeline engine runs with ZeRO stage 0 or 1, not "
                         f"{training.zero_stage}; pick a plan with p=1 or set zero_stage to 1")
@@ -220,11 +234,26 @@ def _toml_value(v) -> str:
     return json.dumps(str(v))  # a TOML basic string: JSON's escaping is valid TOML
 
 
+def titan_expert_degree(model, training, plan) -> int:
+    """torchtitan's expert_parallel_degree for the plan. torchtitan (configs.py, parallel_dims.py `_validate` at
+    b5bcd76) keeps experts whole and borrows the EP ranks from dp_shard x cp x tp; the plan splits the experts over
+    ep x t ranks (Megatron's etp = t), the same experts per GPU, so torchtitan's degree is ep x t. It must divide the
+    experts and dp_shard x cp x tp."""
+    degree = plan.ep * plan.tp if plan.ep > 1 else 1
+    shard = plan.dp if (training.zero_stage >= 1 or training.distributed_optimizer) else 1
+    if model.num_experts % degree or (shard * plan.cp * plan.tp) % degree:
+        raise SpecError("export", f"torchtitan needs expert_parallel_degree = ep x t = {degree} to divide the "
+                        f"{model.num_experts} experts and dp_shard x cp x tp = {shard * plan.cp * plan.tp}; pick a "
+                        f"plan with a smaller ep or t, or shard the parameters (zero_stage 3)")
+    return degree
+
+
 def torchtitan_config(model, training, plan, cluster, tokens) -> dict[str, dict]:
     """torchtitan JobConfig sections. ZeRO-3 (or FSDP) shards over d; ZeRO-1/2 shard with reshard_after_forward off
     (FSDP2 keeps parameters gathered between forward and backward, like ZeRO-2); ZeRO-0 replicates (DDP)."""
     shard = training.zero_stage >= 1 or training.distributed_optimizer
     local = plan.micro_batch * plan.grad_accum if plan.pp > 1 else plan.micro_batch
+    ep = titan_expert_degree(model, training, plan) if model.is_moe else 1
     return {
         "job": {"description": f"{model.name}: {plan.label()} (Frenzy Planner)"},
         "model": {"name": "llama3", "flavor": model.name},
@@ -239,7 +268,11 @@ def torchtitan_config(model, training, plan, cluster, tokens) -> dict[str, dict]
                         "tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
                         "pipeline_parallel_microbatch_size": plan.micro_batch,
                         "context_parallel_degree": plan.cp,
-                        **({"expert_parallel_degree": plan.ep} if model.is_moe else {})},
+                        # torchtitan/config/configs.py (b5bcd76): the interleaved schedule and its chunk size
+                        **({"pipeline_parallel_schedule": "Interleaved1F1B",
+                            "pipeline_parallel_layers_per_stage": model.num_layers // (plan.pp * plan.vp)}
+                           if plan.vp > 1 else {}),
+                        **({"expert_parallel_degree": ep} if model.is_moe else {})},
         "activation_checkpoint": {"mode": training.recompute},
     }
 
@@ -255,9 +288,11 @@ def export_torchtitan(model, training, plan, cluster, tokens) -> str:
 
 def accelerate_config(model, training, plan, cluster, tokens) -> dict:
     """An `accelerate launch --config_file` YAML as a dict (one machine rank; set machine_rank per node)."""
-    if plan.cp > 1:
-        raise SpecError("export", f"accelerate's launcher config has no context-parallel degree; export this "
-                        f"cp={plan.cp} plan for megatron or torchtitan")
+    for name, value, what in (("cp", plan.cp, "context-parallel degree"), ("vp", plan.vp, "interleaved pipeline"),
+                              ("ep", plan.ep, "expert-parallel degree")):
+        if value > 1:
+            raise SpecError("export", f"accelerate's launcher config has no {what}; export this {name}={value} plan "
+                            f"for megatron or torchtitan")
     groups = node_groups(plan, cluster)
     if len(groups) > 1:
         sizes = " + ".join(f"{len(g.nodes)} x {g.gpus_per_node}" for g in groups)

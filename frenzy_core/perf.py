@@ -17,7 +17,8 @@ Time per step on N = d x t x p x cp GPUs of one type (all terms per GPU, on the 
 
     compute_s   = FLOPs / (N x peak TFLOP/s(compute dtype) x MFU)   MFU: the type's measured `mfu` / `fp32_mfu`
     tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019)
-    pp_bubble_s = (p - 1) / m x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1)
+    pp_bubble_s = (p - 1) / (m vp) x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1;
+                  vp interleaved chunks per rank divide it, Sec. 2.2.2)
     pp_p2p_s    = activation sends between stages (scatter/gather: 1/t of b x s x h each, Narayanan 2021 Sec. 4.1)
     ep_comm_s   = MoE token all-to-alls (dispatch + combine) over the expert-parallel group, per MoE layer
     cp_comm_s   = context parallelism's ring: each layer passes K and V chunks (and dK, dV in backward) cp - 1 hops
@@ -174,9 +175,12 @@ def _components(
     overhead_s: float | None,
     ep=1,
     cp=1,
+    vp=1,
+    etp=0,
 ) -> dict[str, np.ndarray]:
     """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
-    d, t, p, b, e, c = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep, cp))
+    d, t, p, b, e, c, v = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep, cp, vp))
+    et = np.where(np.asarray(etp) > 0, np.asarray(etp, dtype=np.float64), t)  # expert tensor parallel; 0 = t
     setup = training.precision_setup
     eff = gpu.efficiency(setup.compute_dtype) if mfu is None else mfu
     overhead_s = gpu.step_overhead_s if overhead_s is None else overhead_s
@@ -206,11 +210,12 @@ def _components(
 
     # Expert parallel (MoE): per MoE layer and micro-batch, each GPU sends the top-k copies of its tokens (b x s / t:
     # Megatron needs sequence parallelism for MoE with t > 1) to the ep ranks holding their experts, (ep - 1) / ep
-    # of them off the GPU. Megatron lays ranks out t, cp, ep, d (parallel_state.py): the ep group is t x ep
-    # consecutive ranks, inside a node while t x ep <= the node, else every GPU of the node shares its NIC.
+    # of them off the GPU. Megatron lays ranks out t, cp, ep, d (parallel_state.py): the expert group is etp x ep
+    # consecutive ranks, inside a node while etp x ep <= the node, else every GPU of the node shares its NIC.
     a2a_bytes = b * s / t * model.moe_top_k * h * setup.activation_bytes
     alltoalls = EP_ALLTOALLS_PER_MOE_LAYER + (EP_ALLTOALLS_PER_MOE_LAYER_RECOMPUTE if training.recompute == "full" else 0)
-    ep_link = np.where(t * e <= gpus_per_node, intra_bytes_s, np.minimum(intra_bytes_s, node_nic_bytes_s / gpus_per_node))
+    ep_link = np.where(et * e <= gpus_per_node, intra_bytes_s,
+                       np.minimum(intra_bytes_s, node_nic_bytes_s / gpus_per_node))
     moe_layers_per_stage = model.num_moe_layers / p
     ep_comm_s = alltoalls * moe_layers_per_stage * m * (e - 1) / e * a2a_bytes / ep_link
 
@@ -218,13 +223,15 @@ def _components(
     # widths / t: heads split over t) travel cp - 1 hops. Megatron's rank order is t, cp, ...: the ring stays in a
     # node while t x cp fits it; else every hop out of the node shares the NIC with the node's other t rings.
     kv_chunk_bytes = b * s * (model.kv_dim + model.v_dim) / t * setup.activation_bytes
-    passes = CP_KV_PASSES + (CP_KV_PASSES_RECOMPUTE if training.recompute == "full" else 0)
+    # selective recomputation re-runs core attention, and with it the ring (op-sac saves attention's outputs)
+    passes = CP_KV_PASSES + (CP_KV_PASSES_RECOMPUTE if training.recompute in ("full", "selective") else 0)
     cp_link = np.where(t * c <= gpus_per_node, intra_bytes_s,
                        np.minimum(intra_bytes_s, node_nic_bytes_s / np.minimum(t, gpus_per_node)))
     cp_comm_s = passes * layers_per_stage * m * (c - 1) * kv_chunk_bytes / cp_link
 
-    # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1).
-    pp_bubble_s = (p - 1) / m * (compute_s + tp_comm_s + ep_comm_s + cp_comm_s)
+    # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1); the
+    # interleaved schedule with vp chunks per rank shrinks it vp-fold (Sec. 2.2.2: (p - 1) / (m vp)).
+    pp_bubble_s = (p - 1) / (m * v) * (compute_s + tp_comm_s + ep_comm_s + cp_comm_s)
 
     # Placement model: ranks are laid out t fastest, then p, then d, filling nodes of `gpus_per_node` in order
     # (Narayanan 2021 Sec. 3.3: tensor inside a node, pipeline and data across). A replica spans t x p GPUs.
@@ -235,20 +242,22 @@ def _components(
     net_per_ring = node_nic_bytes_s / rings_per_nic
 
     # Pipeline point-to-point: each stage sends m activations forward and m gradients backward, each b x s x h,
-    # split 1/t by Megatron's scatter/gather (Narayanan 2021 Sec. 4.1); the network when stages cross nodes.
+    # split 1/t by Megatron's scatter/gather (Narayanan 2021 Sec. 4.1); the network when stages cross nodes. With
+    # vp chunks per rank every micro-batch crosses each rank vp times: vp times the sends (Sec. 2.2.2).
     p2p_link = np.where(replica_spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    pp_p2p_s = np.where(p > 1, 2 * m * activation_msg_bytes / t / p2p_link, 0.0)
+    pp_p2p_s = np.where(p > 1, 2 * m * v * activation_msg_bytes / t / p2p_link, 0.0)
 
     # Data parallel: ring all-reduce of one shard's gradients, params / (t x p) x grad bytes, moving
     # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes). The cp
     # ranks of a replica hold the same parameters: the ring runs over d x cp ranks (Megatron's data-parallel group
     # with context parallelism; torchtitan's dp_shard_cp mesh). Routed experts are split ep ways more and
-    # all-reduced over the d x cp / ep ranks that hold the same experts (Megatron's expert-data-parallel group).
+    # all-reduced over the t x d x cp / (etp x ep) ranks that hold the same expert shard (Megatron's
+    # expert-data-parallel group; d x cp / ep at etp = t).
     routed = float(model.routed_expert_parameters() * model.num_moe_layers)
     dense_shard = (model.parameter_count() - routed) / (t * p)
-    expert_shard = routed / (t * p * e)
+    expert_shard = routed / (et * p * e)  # each expert's linears split etp ways, the experts ep ways
     d_grad = d * c
-    d_expert = d_grad / e
+    d_expert = t * d_grad / (et * e)  # the expert grid etp x ep x expert-dp re-tiles the t x d x cp ranks
     volume = ZERO3_DP_VOLUME_FACTOR if training.zero_stage == 3 else 1.0
     dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
     ring_bytes = (2 * (d_grad - 1) / d_grad * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) \
@@ -323,6 +332,8 @@ def step_time(
         overhead_s=overhead_s,
         ep=par.ep,
         cp=par.cp,
+        vp=par.vp,
+        etp=par.etp,
     )
     return StepTime(
         flops_per_step=float(c["flops"]),
@@ -358,8 +369,9 @@ def step_time_totals(
     overhead_s: float | None = None,
     ep=1,
     cp=1,
+    vp=1,
 ) -> np.ndarray:
-    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch, ep and cp (broadcast together), no loop.
+    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch, ep, cp and vp (broadcast together), no loop.
 
     `micro_batch` replaces `training.micro_batch`; splits are not validated here (filter them before ranking).
 
@@ -384,5 +396,6 @@ def step_time_totals(
         overhead_s=overhead_s,
         ep=ep,
         cp=cp,
+        vp=vp,
     )
     return np.asarray(c["total"], dtype=np.float64)

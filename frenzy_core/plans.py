@@ -15,8 +15,9 @@ Enumeration (per GPU type present in the cluster): t divides the query heads and
 node of that type (tensor parallelism stays inside a node); p divides the layers; d x micro-batch x accumulation =
 global batch; cp (ring attention) leaves each rank at least MIN_CP_TOKENS tokens (`context_parallel_sizes`);
 d x t x p x cp <= the GPUs of that type; for an MoE model, ep divides the experts and d x cp (`hf`: ep = 1).
-For each (type, d, t, p, cp) we keep the micro-batch and ep with the shortest step (ties -> the larger micro-batch,
-then the smaller ep), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin.
+vp (interleaved 1F1B) needs p > 1, p x vp dividing the layers and m a multiple of p (`virtual_pipeline_sizes`).
+For each (type, d, t, p, cp) we keep the micro-batch, ep and vp with the shortest step (ties -> the larger
+micro-batch, then the smaller ep, then the smaller vp), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin.
 Memory and step time are evaluated on numpy arrays, one call per GPU type.
 """
 
@@ -67,22 +68,23 @@ class Plan:
     cost_usd: float  # gpu_hours x the GPU type's price per hour
     ep: int = 1  # expert-parallel ranks (MoE), carved out of d x cp: each holds num_experts / ep experts
     cp: int = 1  # context-parallel ranks: each holds seq_len / cp tokens of every sample (ring attention)
+    vp: int = 1  # interleaved 1F1B: layer chunks per pipeline rank (1 = plain 1F1B)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @property
     def parallelism(self) -> Parallelism:
-        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep)
+        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, vp=self.vp, ep=self.ep)
 
     def label(self) -> str:
-        extra = "".join(f" {k}={v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1)
+        extra = "".join(f" {k}={v}" for k, v in (("vp", self.vp), ("cp", self.cp), ("ep", self.ep)) if v > 1)
         return (f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp}{extra} "
                 f"({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})")
 
 
 _PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
-_INT_FIELDS = {"dp", "tp", "pp", "ep", "cp", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
+_INT_FIELDS = {"dp", "tp", "pp", "ep", "cp", "vp", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
                "gpu_memory_bytes"}
 
 
@@ -256,6 +258,60 @@ def context_parallel_sizes(training: TrainingSpec, max_gpus: int) -> np.ndarray:
                     if s % 2 == 0 else [1], dtype=np.int64)
 
 
+# Stacks with an interleaved pipeline schedule the exports can launch: Megatron-Core
+# (--num-layers-per-virtual-pipeline-stage) and torchtitan (pipeline_parallel_schedule "Interleaved1F1B"); unknown
+# covers them. DeepSpeed's pipeline engine and Hugging Face have none, and plain PyTorch (`pytorch`) gets no
+# schedule from us to launch it with.
+VP_FRAMEWORKS = ("megatron", "fsdp2", "unknown")
+
+
+def virtual_pipeline_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
+    """The vp the planner tries: 1, and under an interleaving stack every divisor of num_layers (rank_plans keeps
+    vp > 1 only where p > 1, p x vp divides the layers and the micro-batches m are a multiple of p, as Megatron's
+    interleaved schedule requires: schedules.py, microbatch_group_size_per_vp_stage = p)."""
+    if training.framework not in VP_FRAMEWORKS:
+        return np.array([1], dtype=np.int64)
+    return _divisors(model.num_layers)
+
+
+# Step times closer than this are one answer to the step-time model (its errors are several percent, docs/perf.md):
+# among a split's interleavings the planner keeps the fewest chunks within it of the fastest. Without it, vp = l / p
+# (one-layer chunks) wins by a fraction of a percent, since per-chunk costs beyond the sends are not modelled.
+VP_TOLERANCE = 0.01
+
+
+def _fewest_chunks_within_tolerance(split: np.ndarray, v: np.ndarray, step: np.ndarray, fits: np.ndarray):
+    """A row mask: for each split (rows of `split` equal but for vp) that fits somewhere, only the smallest vp whose
+    step is within VP_TOLERANCE of that split's fastest fitting vp; splits that never fit keep every row."""
+    order = np.lexsort((v, *split.T[::-1]))
+    key = split[order]
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = np.any(key[1:] != key[:-1], axis=1)
+    gid = np.cumsum(start) - 1
+    fit_step = np.where(fits, step, np.inf)[order]
+    best = np.minimum.reduceat(fit_step, np.flatnonzero(start)) if len(order) else fit_step
+    near = np.isfinite(fit_step) & (fit_step <= best[gid] * (1.0 + VP_TOLERANCE))
+    rows = np.flatnonzero(near)
+    chosen = np.zeros(len(order), dtype=bool)
+    chosen[rows[np.unique(gid[rows], return_index=True)[1]]] = True  # the first near row: the smallest vp
+    keep_sorted = chosen | ~np.isfinite(best)[gid]
+    keep = np.empty(len(order), dtype=bool)
+    keep[order] = keep_sorted
+    return keep
+
+
+def ep_allowed(model: ModelSpec, training: TrainingSpec, d, t, c, e):
+    """Where expert parallelism e fits the split (numpy arrays or ints): carved out of d x cp (Megatron, etp = t:
+    etp x ep divides tp x dp x cp). torchtitan (fsdp2) keeps experts whole and takes its EP ranks from
+    dp_shard x cp x tp (parallel_dims.py `_validate` at b5bcd76): its degree ep x t must divide the experts and
+    dp_shard x cp x t, with dp_shard = d when the parameters are sharded, else 1."""
+    ok = (d * c) % e == 0
+    if training.framework == "fsdp2":
+        shard = d if training.zero_stage >= 1 else 1
+        ok = ok & ((e == 1) | ((model.num_experts % (e * t) == 0) & ((shard * c) % e == 0)))
+    return ok
+
+
 def expert_parallel_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
     """The ep the planner tries: every divisor of num_experts for an MoE model, else 1. Hugging Face Trainer /
     accelerate has no expert parallelism (each rank holds every expert), so framework hf keeps ep = 1."""
@@ -338,17 +394,24 @@ def rank_plans(
     p_all = p_all[p_all <= max_total]
     e_all = expert_parallel_sizes(model, training)
     c_all = context_parallel_sizes(training, max_total)
+    v_all = virtual_pipeline_sizes(model, training)
     db = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    T, P, K, E, C = np.meshgrid(t_all, p_all, np.arange(len(db)), e_all, c_all, indexing="ij")
-    t_g, p_g, e_g, c_g = T.ravel(), P.ravel(), E.ravel(), C.ravel()
+    # (p, vp) pairs first: an interleaving needs p > 1 and p x vp dividing the layers
+    pv = np.array([(pi, vi) for pi in p_all for vi in v_all
+                   if vi == 1 or (pi > 1 and model.num_layers % (pi * vi) == 0)], dtype=np.int64).reshape(-1, 2)
+    T, J, K, E, C = np.meshgrid(t_all, np.arange(len(pv)), np.arange(len(db)), e_all, c_all, indexing="ij")
+    t_g, e_g, c_g = T.ravel(), E.ravel(), C.ravel()
+    p_g, v_g = pv[J.ravel(), 0], pv[J.ravel(), 1]
     d_g, b_g = db[K.ravel(), 0], db[K.ravel(), 1]
     n_g = d_g * t_g * p_g * c_g
-    keep = (n_g <= max_total) & ((d_g * c_g) % e_g == 0)  # ep is carved out of d x cp (etp = t)
-    t_g, p_g, d_g, b_g, n_g, e_g, c_g = (x[keep] for x in (t_g, p_g, d_g, b_g, n_g, e_g, c_g))
+    keep = (n_g <= max_total) & ep_allowed(model, training, d_g, t_g, c_g, e_g)
+    # interleaving: the micro-batches per replica a multiple of p (Megatron's microbatch_group_size_per_vp_stage)
+    keep &= (v_g == 1) | ((B // (d_g * b_g)) % p_g == 0)
+    t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g = (x[keep] for x in (t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g))
 
     # Memory does not depend on the GPU type: one vectorised call for the whole grid.
     mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead,
-                                             ep=e_g, cp=c_g), dtype=np.float64)
+                                             ep=e_g, cp=c_g, vp=v_g), dtype=np.float64)
     min_memory = float(mem_g.min()) if len(mem_g) else 0.0
 
     cols: dict[str, list[np.ndarray]] = {k: [] for k in (*_PLAN_FIELDS, "type_rank")}
@@ -364,7 +427,7 @@ def rank_plans(
         sel = (n_g <= cap) & (t_g <= per_node)
         if not sel.any():
             continue
-        d, t, p, b, n, mem, e, c = (x[sel] for x in (d_g, t_g, p_g, b_g, n_g, mem_g, e_g, c_g))
+        d, t, p, b, n, mem, e, c, v = (x[sel] for x in (d_g, t_g, p_g, b_g, n_g, mem_g, e_g, c_g, v_g))
         step = np.asarray(step_time_totals(
             model, training, gpu, d, t, p, b,
             intra_link_gbyte_s=intra_gbyte_s,
@@ -372,19 +435,23 @@ def rank_plans(
             gpus_per_node=per_node,
             ep=e,
             cp=c,
+            vp=v,
         ), dtype=np.float64)
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fits = mem <= usable
-        # One row per (d, t, p, cp): the fitting micro-batch (and ep) with the shortest step (ties -> larger
-        # micro-batch, then smaller ep); when none fits, the smallest-memory one (for the heatmap).
-        order = np.lexsort((e, -b, np.where(fits, step, mem), ~fits, c, p, t, d))
+        if len(v_all) > 1:
+            keep_vp = _fewest_chunks_within_tolerance(np.stack([d, t, p, c, b, e], axis=1), v, step, fits)
+            d, t, p, b, n, mem, e, c, v, step, fits = (x[keep_vp] for x in (d, t, p, b, n, mem, e, c, v, step, fits))
+        # One row per (d, t, p, cp): the fitting micro-batch (with its ep and vp) with the shortest step (ties ->
+        # larger micro-batch, then smaller ep, then smaller vp); when none fits, the smallest-memory one (heatmap).
+        order = np.lexsort((v, e, -b, np.where(fits, step, mem), ~fits, c, p, t, d))
         first = np.ones(len(order), dtype=bool)
         key = np.stack([d[order], t[order], p[order], c[order]], axis=1)
         first[1:] = np.any(key[1:] != key[:-1], axis=1)
         pick = order[first]
         grid_parts.append({
             "gpu_type": np.full(len(pick), name, dtype=object), "dp": d[pick], "tp": t[pick], "pp": p[pick],
-            "ep": e[pick], "cp": c[pick], "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
+            "ep": e[pick], "cp": c[pick], "vp": v[pick], "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
             "usable_bytes": np.full(len(pick), usable), "headroom_bytes": usable - mem[pick],
             "feasible": fits[pick], "step_time_s": step[pick],
         })
@@ -396,14 +463,15 @@ def rank_plans(
         ttt = tokens / tps
         gh = n[ok] * ttt / SECONDS_PER_HOUR
         m = len(ok)
-        for k, v in {
+        for k, column in {
             "gpu_type": np.full(m, name, dtype=object), "dp": d[ok], "tp": t[ok], "pp": p[ok], "num_gpus": n[ok],
             "micro_batch": b[ok], "grad_accum": B // (b[ok] * d[ok]), "memory_bytes": np.ceil(mem[ok]),
             "headroom_bytes": np.floor(usable - mem[ok]), "gpu_memory_bytes": np.full(m, gpu.memory_bytes),
             "step_time_s": st, "tokens_per_s": tps, "time_to_train_s": ttt, "gpu_hours": gh,
-            "cost_usd": gh * gpu.price_per_hour_usd, "ep": e[ok], "cp": c[ok], "type_rank": np.full(m, rank),
+            "cost_usd": gh * gpu.price_per_hour_usd, "ep": e[ok], "cp": c[ok], "vp": v[ok],
+            "type_rank": np.full(m, rank),
         }.items():
-            cols[k].append(v)
+            cols[k].append(column)
 
     largest = max(names, key=lambda x: (table[x].memory_bytes, x))
     grid = ({k: np.concatenate([g[k] for g in grid_parts]) for k in grid_parts[0]} if grid_parts else {})

@@ -457,7 +457,7 @@ class _Run:
         truth = self.opts.oom_truth
         if truth is None:
             return plan.memory_bytes
-        key = (st.cls, plan.dp, plan.tp, plan.pp, plan.ep, plan.micro_batch)
+        key = (st.cls, plan.dp, plan.tp, plan.pp, plan.ep, plan.cp, plan.vp, plan.micro_batch)
         base = self._true_mem.get(key)
         if base is None:
             base = float(plan.memory_bytes)
@@ -470,7 +470,8 @@ class _Run:
             self._true_mem[key] = base
         if truth.noise <= 0:
             return base
-        rng = np.random.default_rng([self.ctx.workload.seed, st.idx, plan.dp, plan.tp, plan.pp, plan.micro_batch])
+        rng = np.random.default_rng([self.ctx.workload.seed, st.idx, plan.dp, plan.tp, plan.pp, plan.micro_batch,
+                                     *((plan.ep, plan.cp, plan.vp) if (plan.ep, plan.cp, plan.vp) != (1, 1, 1) else ())])
         return base * (1.0 + rng.uniform(-truth.noise, truth.noise))
 
     def _preempt(self, d: Preempt, now: float) -> None:

@@ -35,7 +35,14 @@ from frenzy_core.errors import SpecError
 from frenzy_core.gpus import GPUType
 from frenzy_core.limits import divisors, short_repr
 from frenzy_core.models import ZOO, ModelSpec
-from frenzy_core.plans import Plan, context_parallel_sizes, expert_parallel_sizes
+from frenzy_core.plans import (
+    VP_TOLERANCE,
+    Plan,
+    context_parallel_sizes,
+    ep_allowed,
+    expert_parallel_sizes,
+    virtual_pipeline_sizes,
+)
 from frenzy_core.training import Parallelism, TrainingSpec
 
 # (lowest GPU count of the bucket, candidate models); a job takes the last bucket whose lower bound it reaches.
@@ -204,9 +211,11 @@ def _divisors(n: int) -> tuple[int, ...]:
 def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: int) -> list[Parallelism]:
     """Every valid d x t x p x cp = count: t divides the heads and fits a node, p divides the layers, d x b divides
     B, cp is one of `plans.context_parallel_sizes`; for an MoE model each ep of `plans.expert_parallel_sizes` that
-    divides d x cp, as rank_plans enumerates them."""
+    divides d x cp; each vp of `plans.virtual_pipeline_sizes` the interleaved schedule allows; as rank_plans
+    enumerates them."""
     eps = [int(e) for e in expert_parallel_sizes(model, training)]
     cps = [int(c) for c in context_parallel_sizes(training, count)]
+    vps = [int(v) for v in virtual_pipeline_sizes(model, training)]
     out = []
     for cp in (c for c in cps if count % c == 0):
         for tp in _divisors(count // cp):
@@ -216,7 +225,10 @@ def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: 
                 dp = count // cp // tp // pp
                 if model.num_layers % pp or training.global_batch % (training.micro_batch * dp):
                     continue
-                out += [Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep) for ep in eps if (dp * cp) % ep == 0]
+                m = training.global_batch // (training.micro_batch * dp)
+                out += [Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep) for ep in eps
+                        if ep_allowed(model, training, dp, tp, cp, ep)
+                        for vp in vps if vp == 1 or (pp > 1 and model.num_layers % (pp * vp) == 0 and m % pp == 0)]
     return out
 
 
@@ -250,7 +262,8 @@ class PlanTable:
             tokens_per_s = training.tokens_per_step() / step
             t = 1e9 / tokens_per_s
             gh = par.num_gpus * t / 3600.0
-            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, ep=par.ep, cp=par.cp, num_gpus=par.num_gpus,
+            got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, ep=par.ep, cp=par.cp, vp=par.vp,
+                       num_gpus=par.num_gpus,
                        micro_batch=training.micro_batch,
                        grad_accum=training.global_batch // (training.micro_batch * par.dp), memory_bytes=mem,
                        headroom_bytes=gpu.memory_bytes - mem, gpu_memory_bytes=gpu.memory_bytes, step_time_s=step,
@@ -277,17 +290,21 @@ class PlanTable:
             micro += [b for b in (2, 4, 8, 16, 32, 64) if b > training.micro_batch and training.global_batch % b == 0]
         for b in micro:
             tr = training if b == training.micro_batch else training.model_copy(update={"micro_batch": b})
-            found = False
+            fitting: dict[tuple, list[Plan]] = {}  # by split without vp
             for par in splits(model, tr, count, self.shape(gpu_type).gpus_per_node):
                 if placeable and summary is not None and count > summary.capacity_for_tp(par.tp):
                     continue  # as in rank_plans: each tensor-parallel group inside one node
                 p = self.evaluate(model, tr, gpu_type, par)
                 if p.memory_bytes <= cap:
-                    found = True
-                    if best is None or p.step_time_s < best.step_time_s:
-                        best = p
-            if not found:
+                    fitting.setdefault((p.dp, p.tp, p.pp, p.cp, p.ep), []).append(p)
+            if not fitting:
                 break  # a larger micro-batch only needs more memory
+            for group in fitting.values():
+                # as in rank_plans (plans.VP_TOLERANCE): the fewest interleaved chunks within it of the fastest
+                fastest = min(q.step_time_s for q in group)
+                p = min((q for q in group if q.step_time_s <= fastest * (1.0 + VP_TOLERANCE)), key=lambda q: q.vp)
+                if best is None or p.step_time_s < best.step_time_s:
+                    best = p
         self._best[key] = best
         return best
 

@@ -48,7 +48,8 @@ TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "preci
                    "stage3_max_reuse_distance")
 # Switches that belong to one stack (TrainingSpec refuses them under another): their widgets show for that framework
 # (and for unknown, whose band covers every recipe); hidden, they count as their default, so switching the framework
-# never leaves an error the user cannot reach, and switching back restores the value.
+# never leaves an error the user cannot reach (Streamlit drops a hidden widget's value: switching back starts it at
+# its default again).
 FRAMEWORK_ONLY = {"compile": "fsdp2", "moe_grouped_gemm": "megatron", "reduce_bucket_size": "deepspeed",
                   "stage3_max_live_parameters": "deepspeed", "stage3_max_reuse_distance": "deepspeed"}
 SPLIT_FIELDS = ("dp", "tp", "pp", "cp", "vp", "ep", "etp")

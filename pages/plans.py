@@ -36,7 +36,8 @@ DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "de
 
 def plan_table(frame):
     columns = dict(COLUMNS)
-    extra = {k: v for k, v in (("cp", "cp (context)"), ("ep", "ep (experts)")) if (frame[k] > 1).any()}
+    extra = {k: v for k, v in (("vp", "vp (interleave)"), ("cp", "cp (context)"), ("ep", "ep (experts)"))
+             if (frame[k] > 1).any()}
     if extra:  # long sequences / MoE models: the context- and expert-parallel sizes next to the split
         columns = dict([*COLUMNS.items()][:4]) | extra | dict([*COLUMNS.items()][4:])
     table = frame.assign(memory_gib=frame["memory_bytes"] / common.GIB_FLOAT,
@@ -118,8 +119,8 @@ else:
     if len(cp_values) > 1:  # one cp at a time: a d x t cell holds one split (the best plan's cp first)
         if best is not None and ss.get("plans_cp_for") != best.label():
             ss.plans_cp, ss.plans_cp_for = best.cp, best.label()
-        if ss.get("plans_cp") not in cp_values:
-            ss.plans_cp = cp_values[0]
+        if ss.get("plans_cp") not in cp_values:  # first visit, or Streamlit dropped it on another page
+            ss.plans_cp = best.cp if best is not None else cp_values[0]
         cp = st.select_slider("context-parallel ranks cp", cp_values, key="plans_cp",
                               help="each of cp GPUs holds seq_len / cp tokens (ring attention); a plan takes "
                                    "d x t x p x cp GPUs")
@@ -129,8 +130,8 @@ else:
     p_values = sorted(int(v) for v in grid["pp"].unique())
     if best is not None and ss.get("plans_p_for") != best.label():  # a new winner: open its p
         ss.plans_p, ss.plans_p_for = best.pp, best.label()
-    if ss.get("plans_p") not in p_values:
-        ss.plans_p = p_values[0]
+    if ss.get("plans_p") not in p_values:  # first visit, or Streamlit dropped it on another page
+        ss.plans_p = best.pp if best is not None and best.pp in p_values else p_values[0]
     p = st.select_slider("pipeline stages p", p_values, key="plans_p") if len(p_values) > 1 else p_values[0]
     types = list(dict.fromkeys(grid["gpu_type"]))
     # one colour scale for every GPU type, spanning the feasible headroom (deeper deficits saturate red)

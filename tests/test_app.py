@@ -693,8 +693,11 @@ def test_plans_of_a_long_sequence_show_cp_and_a_heatmap_per_cp(app):
     assert "cp (context)" in table.columns and (table["cp (context)"] > 1).any()
     assert (table["GPUs"] == table["d (data)"] * table["t (tensor)"] * table["p (pipeline)"]
             * table["cp (context)"]).all()
+    best_cp = int(table["cp (context)"].iloc[0])
+    assert int(app.select_slider(key="plans_cp").value) == best_cp  # opens on the best plan's cp
     slider = app.select_slider(key="plans_cp")
-    best = app.session_state.plans_cp_for
-    assert f"cp={slider.value}" in best or slider.value == 1
     slider.set_value(max(slider.options, key=int)).run()
     no_failure(app)
+    open_page(app, "pages/overview.py")
+    open_page(app, "pages/plans.py")  # Streamlit dropped the slider's state: it comes back on the best plan's cp
+    assert int(app.select_slider(key="plans_cp").value) == best_cp

@@ -234,7 +234,8 @@ def test_moe_plans_export_their_experts_and_ep():
     mixtral = ZOO["mixtral-8x7b"]
     moe_train = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True,
                              recompute="full", moe_grouped_gemm=True)
-    plan = next(p for p in rank_plans(mixtral, moe_train, CLUSTER, tokens=TOKENS).plans if p.ep > 1 and p.tp > 1)
+    plan = next(p for p in rank_plans(mixtral, moe_train, CLUSTER, tokens=TOKENS).plans
+                if p.ep > 1 and p.tp > 1 and p.vp == 1)  # DeepSpeed's pipeline has no interleaving
     flags = _flags(_shell_words(export_plan("megatron", mixtral, moe_train, plan, CLUSTER, TOKENS)))
     assert flags["--num-experts"] == "8" and flags["--moe-router-topk"] == "2"
     assert flags["--moe-ffn-hidden-size"] == "14336" and flags["--expert-model-parallel-size"] == str(plan.ep)
@@ -242,15 +243,30 @@ def test_moe_plans_export_their_experts_and_ep():
     assert flags["--sequence-parallel"] is True  # Megatron refuses MoE with t > 1 without it
     assert "--moe-layer-freq" not in flags and "--moe-shared-expert-intermediate-size" not in flags
     assert plan.dp % plan.ep == 0 and 8 % plan.ep == 0
-    titan = tomllib.loads(export_plan("torchtitan", mixtral, moe_train, plan, CLUSTER, TOKENS))
-    assert titan["parallelism"]["expert_parallel_degree"] == plan.ep
+    # torchtitan keeps experts whole and borrows EP ranks from dp_shard x cp x tp: its degree is ep x t, which must
+    # divide the 8 experts (parallel_dims.py _validate at b5bcd76)
+    ranked = rank_plans(mixtral, moe_train, CLUSTER, tokens=TOKENS).plans
+    fits = next(p for p in ranked if p.ep > 1 and p.tp > 1 and 8 % (p.ep * p.tp) == 0)
+    titan = tomllib.loads(export_plan("torchtitan", mixtral, moe_train, fits, CLUSTER, TOKENS))
+    assert titan["parallelism"]["expert_parallel_degree"] == fits.ep * fits.tp
+    too_wide = next(p for p in ranked if p.ep > 1 and 8 % (p.ep * p.tp))
+    with pytest.raises(SpecError, match=f"ep x t = {too_wide.ep * too_wide.tp}"):
+        export_plan("torchtitan", mixtral, moe_train, too_wide, CLUSTER, TOKENS)
+    with pytest.raises(SpecError, match=f"ep={plan.ep}"):  # accelerate has no expert parallelism at all
+        export_plan("accelerate", mixtral, moe_train, plan, CLUSTER, TOKENS)
     ds = json.loads(export_plan("deepspeed", mixtral, moe_train, plan, CLUSTER, TOKENS))
     assert ds["_frenzy_moe"]["ep_size"] == plan.ep and ds["train_batch_size"] == 64
     assert f"e{plan.ep}" in yaml.safe_load(export_plan("kubernetes", mixtral, moe_train, plan, CLUSTER,
                                                        TOKENS))["metadata"]["name"]
     v3 = ZOO["deepseek-v3"]  # 3 dense layers, then 58 MoE layers with one shared expert of width 2048
-    v3_flags = _flags(_shell_words(export_plan("megatron", v3, moe_train, plan, CLUSTER, TOKENS)))
-    assert v3_flags["--moe-layer-freq"] == "([0]*3+[1]*58)"
+    v3_script = export_plan("megatron", v3, moe_train, plan, CLUSTER, TOKENS)
+    v3_flags = _flags(_shell_words(v3_script))
+    assert v3_flags["--moe-layer-freq"] == "([0]*3+[1]*58)"  # shlex reads it back: quoted for the shell
+    assert "'([0]*3+[1]*58)'" in v3_script
+    import subprocess
+
+    slurm = export_plan("slurm", v3, moe_train, plan, CLUSTER, TOKENS)
+    assert subprocess.run(["bash", "-n"], input=slurm, text=True, capture_output=True).returncode == 0
     assert v3_flags["--moe-shared-expert-intermediate-size"] == "2048"
     dense = _flags(_shell_words(export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS)))
     assert "--num-experts" not in dense and "--expert-model-parallel-size" not in dense
@@ -273,3 +289,34 @@ def test_context_parallel_plans_export_their_cp_or_are_refused_naming_the_export
         assert err.value.field == "export"
     assert "--context-parallel-size" not in _flags(_shell_words(export_plan("megatron", MODEL, TRAIN, SPREAD,
                                                                             CLUSTER, TOKENS)))
+
+
+def test_interleaved_plans_export_their_chunks_or_are_refused_naming_the_export():
+    deep = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True)
+    plan = next(p for p in rank_plans(ZOO["llama-2-13b"], deep, CLUSTER, tokens=TOKENS).plans if p.vp > 1)
+    layers = 40 // (plan.pp * plan.vp)  # Llama-2-13B: 40 layers
+    flags = _flags(_shell_words(export_plan("megatron", ZOO["llama-2-13b"], deep, plan, CLUSTER, TOKENS)))
+    assert flags["--num-layers-per-virtual-pipeline-stage"] == str(layers) and layers * plan.pp * plan.vp == 40
+    titan = tomllib.loads(export_plan("torchtitan", ZOO["llama-2-13b"], deep, plan, CLUSTER, TOKENS))["parallelism"]
+    assert titan["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert titan["pipeline_parallel_layers_per_stage"] == layers
+    for fmt in ("deepspeed", "accelerate"):
+        with pytest.raises(SpecError, match=f"vp={plan.vp}"):
+            export_plan(fmt, ZOO["llama-2-13b"], deep, plan, CLUSTER, TOKENS)
+    flat = next(p for p in rank_plans(ZOO["llama-2-13b"], deep, CLUSTER, tokens=TOKENS).plans if p.vp == 1)
+    assert "--num-layers-per-virtual-pipeline-stage" not in _flags(_shell_words(
+        export_plan("megatron", ZOO["llama-2-13b"], deep, flat, CLUSTER, TOKENS)))
+
+
+def test_every_fsdp2_moe_plan_is_one_torchtitan_accepts():
+    """The planner's torchtitan EP rule (plans.ep_allowed) and the export's agree: every ranked fsdp2 plan of
+    Mixtral exports, with expert_parallel_degree = ep x t dividing the 8 experts and dp_shard x cp x tp."""
+    tr = TrainingSpec(seq_len=16384, global_batch=16, framework="fsdp2", zero_stage=3, recompute="full")
+    big = parse_cluster_yaml("name: big\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 8}]")
+    plans = rank_plans(ZOO["mixtral-8x7b"], tr, big, tokens=TOKENS).plans
+    assert any(p.ep > 1 for p in plans) and any(p.cp > 1 for p in plans)
+    for p in plans:
+        par = tomllib.loads(export_plan("torchtitan", ZOO["mixtral-8x7b"], tr, p, big, TOKENS))["parallelism"]
+        degree = par["expert_parallel_degree"]
+        assert 8 % degree == 0 and (par["data_parallel_shard_degree"] * par["context_parallel_degree"]
+                                    * par["tensor_parallel_degree"]) % degree == 0, p.label()

@@ -376,3 +376,32 @@ def test_vectorised_equals_scalar_over_cp():
     got = step_time_totals(LLAMA8, tr, A100, d, t, p, 1, cp=c, gpus_per_node=8)
     want = [step_time(LLAMA8, tr, Parallelism(dp=a, tp=b, pp=q, cp=x), A100).step_time_s for a, b, q, x in grid]
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_interleaving_shrinks_the_bubble_and_multiplies_the_sends_by_vp():
+    """Narayanan 2021 Sec. 2.2.2: vp chunks per rank cut the bubble to (p - 1) / (m vp) and send vp times as often."""
+    tr = amp(8, 1)
+    plain = step_time(GPT2, tr, Parallelism(pp=2), A100, mfu=0.5)
+    inter = step_time(GPT2, tr, Parallelism(pp=2, vp=3), A100, mfu=0.5)  # 12 layers = 2 stages x 3 chunks x 2
+    compute = 8 * S * PER_TOKEN_FLOPS / (2 * 312e12 * 0.5)
+    assert inter.pp_bubble_s == pytest.approx((2 - 1) / (8 * 3) * compute, rel=1e-12)
+    assert inter.pp_bubble_s == pytest.approx(plain.pp_bubble_s / 3, rel=1e-12)
+    assert inter.pp_p2p_s == pytest.approx(3 * plain.pp_p2p_s, rel=1e-12)
+    assert inter.compute_s == plain.compute_s and inter.dp_comm_s == plain.dp_comm_s
+
+
+def test_expert_tensor_parallelism_sets_the_expert_shard_and_its_ring():
+    """etp 1 with ep 8 on t 8 (Megatron --expert-tensor-parallel-size 1): each GPU holds one whole expert of each
+    layer; the 8 GPUs are one expert grid with no expert-data-parallel copy, so no expert gradient crosses a ring."""
+    tr = bf16(8)
+    st = step_time(MIXTRAL, tr, Parallelism(tp=8, ep=8, etp=1), A100, mfu=0.5)
+    assert st.dp_comm_s == 0.0  # d = 1 and the expert-dp group has 1 rank (it went negative before)
+    # d 2: the dense ring over 2 ranks, the experts over 2 copies, each GPU's expert shard routed / (etp 1 x ep 8);
+    # 16 GPUs span two nodes: each of the node's 8 shards' rings gets 1/8 of the 100 Gbit/s NIC
+    st2 = step_time(MIXTRAL, bf16(8), Parallelism(dp=2, tp=8, ep=8, etp=1), A100, mfu=0.5)
+    want = (2 * 1 / 2 * MIXTRAL_DENSE / 8 + 2 * 1 / 2 * ROUTED / 8) * 4 / (12.5e9 / 8)
+    assert st2.dp_comm_s == pytest.approx(want, rel=1e-12)
+    # etp 0 means t: the same as writing etp = t
+    a = step_time(MIXTRAL, tr, Parallelism(dp=8, tp=2, ep=4), A100, mfu=0.5)
+    b = step_time(MIXTRAL, tr, Parallelism(dp=8, tp=2, ep=4, etp=2), A100, mfu=0.5)
+    assert a == b

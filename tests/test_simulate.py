@@ -684,7 +684,6 @@ def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_ow
     from frenzy_core import simulate as sim
     from frenzy_core.memory import predict_memory
     from frenzy_core.simulate import OomTruth
-    from frenzy_core.training import Parallelism
 
     seen: list[tuple] = []
     true_memory = sim._Run._true_memory
@@ -699,7 +698,7 @@ def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_ow
     assert any(plan.micro_batch != job.training.micro_batch for job, plan, _ in seen)  # the case that matters
     for job, plan, got in seen:
         tr = job.training.model_copy(update={"micro_batch": plan.micro_batch})
-        want = predict_memory(job.spec, tr, Parallelism(dp=plan.dp, tp=plan.tp, pp=plan.pp), method="paper")
+        want = predict_memory(job.spec, tr, plan.parallelism, method="paper")
         assert got == pytest.approx(float(want.total_bytes), rel=1e-12)
 
 
