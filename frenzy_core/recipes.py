@@ -33,6 +33,10 @@ DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 500_000_000  # reduce_bucket_size = 5e8
 DEEPSPEED_STAGE3_MAX_LIVE_PARAMETERS = 1_000_000_000  # stage3_max_live_parameters = 1e9
 DEEPSPEED_STAGE3_MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance = 1e9
 DEEPSPEED_SUB_GROUP_ELEMENTS = 1_000_000_000  # sub_group_size = 1e9: ZeRO-3 steps the optimizer one sub-group at a time
+# The deepspeed recipe's error on the one published real-GPU ZeRO-3 peak held out from calibration (DeepSpeedExamples
+# bf16_master_weight, 6.86B on 4 GPUs, tests/data/real_gpu_peaks.jsonl; bench/memory_accuracy.py, 2026-12-01): the
+# app warns with it. tests/test_deepspeed_recipe.py recomputes it from the fixture, so it follows the recipe.
+DEEPSPEED_ZERO3_HELD_OUT_ERROR = -0.238
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, parse_hf_config_text
+from frenzy_core.recipes import DEEPSPEED_ZERO3_HELD_OUT_ERROR
 from frenzy_core.training import (
     Attention,
     BaseQuant,
@@ -349,6 +350,12 @@ with right:
     band = f"Across the framework recipes (pytorch, hf, megatron, fsdp2, deepspeed): {low:.2f}-{high:.2f} GiB."
     st.caption(f"**{m.name}**: {common.fmt_params(m.parameter_count())} parameters ({m.parameter_count():,}). "
                f"Detailed peak ({t.framework} recipe) during **{detailed[2]}**. {band}")
+    if t.framework == "deepspeed" and t.zero_stage == 3 and p.dp > 1:
+        st.warning("DeepSpeed ZeRO-3 is the least validated recipe: its gathered-parameter window matches real "
+                   "DeepSpeed run on CPU ranks, but against the one published GPU peak held out for testing "
+                   f"(DeepSpeedExamples, 6.86B on 4 GPUs) it predicts {-DEEPSPEED_ZERO3_HELD_OUT_ERROR:.1%} low. "
+                   "Keep more headroom than the figure suggests (docs/memory.md, 'What real DeepSpeed keeps "
+                   "gathered').", icon=":material/warning:")
     if t.framework == "unknown":
         st.warning(f"Framework unknown: the planner uses the highest recipe ({high:.2f} GiB); the real peak lies in "
                    f"{low:.2f}-{high:.2f} GiB depending on the stack. Pick the framework to narrow it.")

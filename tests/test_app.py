@@ -701,3 +701,12 @@ def test_plans_of_a_long_sequence_show_cp_and_a_heatmap_per_cp(app):
     open_page(app, "pages/overview.py")
     open_page(app, "pages/plans.py")  # Streamlit dropped the slider's state: it comes back on the best plan's cp
     assert int(app.select_slider(key="plans_cp").value) == best_cp
+
+
+def test_deepspeed_zero3_warns_that_its_recipe_under_predicts_the_held_out_gpu_peak(app):
+    open_page(app, "pages/model_memory.py")
+    assert not [w for w in app.warning if "DeepSpeed ZeRO-3" in w.value]
+    app.selectbox(key="tr_framework").set_value("deepspeed").run()
+    app.selectbox(key="tr_zero_stage").set_value(3).run()
+    no_failure(app)
+    assert any("23.8% low" in w.value for w in app.warning)

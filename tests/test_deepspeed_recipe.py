@@ -316,3 +316,18 @@ def test_deepspeed_sizes_are_validated_and_belong_to_deepspeed(field):
     plain = predict_memory(ZOO["gpt2"], TrainingSpec(**{**fields, "framework": "pytorch", field: 0}), Parallelism(dp=8))
     for one in (ds, plain):  # both inside the band: pytorch was not dropped for carrying a DeepSpeed size
         assert low.total_bytes <= one.total_bytes <= high.total_bytes
+
+
+def test_the_held_out_error_the_app_warns_with_is_the_recipes_on_the_fixture():
+    """recipes.DEEPSPEED_ZERO3_HELD_OUT_ERROR (the Model & memory page's warning) is what bench/memory_accuracy.py
+    measures on the held-out DeepSpeedExamples row, to the quoted 0.1%: a recipe change must update it."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from memory_accuracy import predicted_as_measured
+
+    from frenzy_core.recipes import DEEPSPEED_ZERO3_HELD_OUT_ERROR
+
+    (row,) = [r for r in DEEPSPEED_REAL if r["split"] == "heldout"]
+    predicted, _ = predicted_as_measured(row)
+    assert predicted / row["measured_bytes"] - 1 == pytest.approx(DEEPSPEED_ZERO3_HELD_OUT_ERROR, abs=5e-4)
