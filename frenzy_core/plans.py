@@ -281,19 +281,21 @@ VP_TOLERANCE = 0.01
 
 
 def _fewest_chunks_within_tolerance(split: np.ndarray, v: np.ndarray, step: np.ndarray, fits: np.ndarray):
-    """A row mask: for each split (rows of `split` equal but for vp) that fits somewhere, only the smallest vp whose
-    step is within VP_TOLERANCE of that split's fastest fitting vp; splits that never fit keep every row."""
-    order = np.lexsort((v, *split.T[::-1]))
+    """A row mask: for each split (rows with the same `split` id: equal but for vp) that fits somewhere, only the
+    smallest vp whose step is within VP_TOLERANCE of that split's fastest fitting vp; splits that never fit keep
+    every row."""
+    order = np.lexsort((v, split))
     key = split[order]
     start = np.ones(len(order), dtype=bool)
-    start[1:] = np.any(key[1:] != key[:-1], axis=1)
+    start[1:] = key[1:] != key[:-1]
     gid = np.cumsum(start) - 1
     fit_step = np.where(fits, step, np.inf)[order]
     best = np.minimum.reduceat(fit_step, np.flatnonzero(start)) if len(order) else fit_step
     near = np.isfinite(fit_step) & (fit_step <= best[gid] * (1.0 + VP_TOLERANCE))
     rows = np.flatnonzero(near)
     chosen = np.zeros(len(order), dtype=bool)
-    chosen[rows[np.unique(gid[rows], return_index=True)[1]]] = True  # the first near row: the smallest vp
+    if len(rows):  # rows are sorted by split, then vp: the first near row of each split has the smallest vp
+        chosen[rows[np.r_[True, gid[rows][1:] != gid[rows][:-1]]]] = True
     keep_sorted = chosen | ~np.isfinite(best)[gid]
     keep = np.empty(len(order), dtype=bool)
     keep[order] = keep_sorted
@@ -408,6 +410,12 @@ def rank_plans(
     # interleaving: the micro-batches per replica a multiple of p (Megatron's microbatch_group_size_per_vp_stage)
     keep &= (v_g == 1) | ((B // (d_g * b_g)) % p_g == 0)
     t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g = (x[keep] for x in (t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g))
+    # one id per split up to vp (rows that differ only in vp share it), for the interleaving rule below
+    split_g = np.zeros(len(d_g), dtype=np.int64)
+    if len(v_all) > 1:  # mixed radix over each column's distinct values
+        for col in (d_g, t_g, p_g, c_g, b_g, e_g):
+            values = np.unique(col)
+            split_g = split_g * len(values) + np.searchsorted(values, col)
 
     # Memory does not depend on the GPU type: one vectorised call for the whole grid.
     mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead,
@@ -427,7 +435,7 @@ def rank_plans(
         sel = (n_g <= cap) & (t_g <= per_node)
         if not sel.any():
             continue
-        d, t, p, b, n, mem, e, c, v = (x[sel] for x in (d_g, t_g, p_g, b_g, n_g, mem_g, e_g, c_g, v_g))
+        d, t, p, b, n, mem, e, c, v, split = (x[sel] for x in (d_g, t_g, p_g, b_g, n_g, mem_g, e_g, c_g, v_g, split_g))
         step = np.asarray(step_time_totals(
             model, training, gpu, d, t, p, b,
             intra_link_gbyte_s=intra_gbyte_s,
@@ -440,7 +448,7 @@ def rank_plans(
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         fits = mem <= usable
         if len(v_all) > 1:
-            keep_vp = _fewest_chunks_within_tolerance(np.stack([d, t, p, c, b, e], axis=1), v, step, fits)
+            keep_vp = _fewest_chunks_within_tolerance(split, v, step, fits)
             d, t, p, b, n, mem, e, c, v, step, fits = (x[keep_vp] for x in (d, t, p, b, n, mem, e, c, v, step, fits))
         # One row per (d, t, p, cp): the fitting micro-batch (with its ep and vp) with the shortest step (ties ->
         # larger micro-batch, then smaller ep, then smaller vp); when none fits, the smallest-memory one (heatmap).
