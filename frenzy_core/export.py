@@ -41,7 +41,7 @@ from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ModelSpec
 from frenzy_core.packing import ClusterIndex, place
-from frenzy_core.plans import Plan
+from frenzy_core.plans import Plan, titan_experts_fit
 from frenzy_core.training import TrainingSpec
 
 FORMATS = ("megatron", "deepspeed", "torchtitan", "accelerate", "slurm", "kubernetes")
@@ -241,7 +241,7 @@ def titan_expert_degree(model, training, plan) -> int:
     experts and dp_shard x cp x tp."""
     degree = plan.ep * plan.tp if plan.ep > 1 else 1
     shard = plan.dp if (training.zero_stage >= 1 or training.distributed_optimizer) else 1
-    if model.num_experts % degree or (shard * plan.cp * plan.tp) % degree:
+    if plan.ep > 1 and not titan_experts_fit(model.num_experts, shard, plan.tp, plan.cp, plan.ep):
         raise SpecError("export", f"torchtitan needs expert_parallel_degree = ep x t = {degree} to divide the "
                         f"{model.num_experts} experts and dp_shard x cp x tp = {shard * plan.cp * plan.tp}; pick a "
                         f"plan with a smaller ep or t, or shard the parameters (zero_stage 3)")

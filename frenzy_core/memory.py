@@ -34,6 +34,7 @@ from frenzy_core.training import (
     PrecisionSetup,
     TrainingSpec,
     check_parallelism,
+    expert_tp_array,
 )
 
 GIB = 1024**3
@@ -757,7 +758,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     blocks = block_recipe(recipe, training)  # what runs inside the transformer blocks (compiled or eager)
     ps = recipe.precision_setup(training.precision)
     d, t, p, b, c, v, e = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp, ep))
-    et = np.where(np.asarray(etp) > 0, np.asarray(etp, dtype=np.float64), t)  # expert tensor parallelism (0: t)
+    et = expert_tp_array(etp, t)  # expert tensor parallelism (0: t)
     s, V, h = training.seq_len, model.vocab_size, model.hidden_size
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes

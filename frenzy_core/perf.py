@@ -41,7 +41,7 @@ import numpy as np
 
 from frenzy_core.gpus import GPUType
 from frenzy_core.models import ModelSpec
-from frenzy_core.training import OPTIMIZER_STATE_BYTES, Parallelism, TrainingSpec, check_parallelism
+from frenzy_core.training import OPTIMIZER_STATE_BYTES, Parallelism, TrainingSpec, check_parallelism, expert_tp_array
 
 # --- named constants ------------------------------------------------------------------------------------------------
 # Matmul FLOPs per parameter per token: 2 forward (multiply + add) + 4 backward (input and weight gradients).
@@ -180,7 +180,7 @@ def _components(
 ) -> dict[str, np.ndarray]:
     """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
     d, t, p, b, e, c, v = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep, cp, vp))
-    et = np.where(np.asarray(etp) > 0, np.asarray(etp, dtype=np.float64), t)  # expert tensor parallel; 0 = t
+    et = expert_tp_array(etp, t)  # expert tensor parallel; 0 = t
     setup = training.precision_setup
     eff = gpu.efficiency(setup.compute_dtype) if mfu is None else mfu
     overhead_s = gpu.step_overhead_s if overhead_s is None else overhead_s

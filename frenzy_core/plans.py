@@ -17,8 +17,8 @@ global batch; cp (ring attention) leaves each rank at least MIN_CP_TOKENS tokens
 d x t x p x cp <= the GPUs of that type; for an MoE model, ep divides the experts and d x cp (`hf`: ep = 1).
 vp (interleaved 1F1B) needs p > 1, p x vp dividing the layers and m a multiple of p (`virtual_pipeline_sizes`).
 For each (type, d, t, p, cp) we keep the micro-batch, ep and vp with the shortest step (ties -> the larger
-micro-batch, then the smaller ep, then the smaller vp), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin.
-Memory and step time are evaluated on numpy arrays, one call per GPU type.
+micro-batch, then the smaller ep, then the smaller vp), and the plan is feasible when its per-GPU memory fits the
+GPU's capacity less a safety margin. Memory and step time are evaluated on numpy arrays, one call per GPU type.
 """
 
 from __future__ import annotations
@@ -78,9 +78,7 @@ class Plan:
         return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, vp=self.vp, ep=self.ep)
 
     def label(self) -> str:
-        extra = "".join(f" {k}={v}" for k, v in (("vp", self.vp), ("cp", self.cp), ("ep", self.ep)) if v > 1)
-        return (f"{self.gpu_type} d={self.dp} t={self.tp} p={self.pp}{extra} "
-                f"({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})")
+        return f"{self.gpu_type} {self.parallelism.label()} ({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})"
 
 
 _PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
@@ -265,6 +263,20 @@ def context_parallel_sizes(training: TrainingSpec, max_gpus: int) -> np.ndarray:
 VP_FRAMEWORKS = ("megatron", "fsdp2", "unknown")
 
 
+def interleaving_allowed(num_layers: int, p, v, m):
+    """Where vp = v chunks per rank can run (numpy arrays or ints): v = 1, or p > 1 with p x v dividing the layers and
+    the m micro-batches per replica a multiple of p (Megatron's interleaved schedule, schedules.py:
+    microbatch_group_size_per_vp_stage = p). m = 0 checks the layers only."""
+    return (v == 1) | ((p > 1) & (num_layers % (p * v) == 0) & (m % p == 0))
+
+
+def titan_experts_fit(num_experts: int, shard, t, c, e):
+    """Where torchtitan takes expert degree e x t (parallel_dims.py `_validate` at b5bcd76: it keeps experts whole and
+    borrows EP ranks from dp_shard x cp x tp): e x t divides the experts and dp_shard x cp x t, i.e. e divides
+    dp_shard x cp."""
+    return (num_experts % (e * t) == 0) & ((shard * c) % e == 0)
+
+
 def virtual_pipeline_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
     """The vp the planner tries: 1, and under an interleaving stack every divisor of num_layers (rank_plans keeps
     vp > 1 only where p > 1, p x vp divides the layers and the micro-batches m are a multiple of p, as Megatron's
@@ -309,8 +321,7 @@ def ep_allowed(model: ModelSpec, training: TrainingSpec, d, t, c, e):
     dp_shard x cp x t, with dp_shard = d when the parameters are sharded, else 1."""
     ok = (d * c) % e == 0
     if training.framework == "fsdp2":
-        shard = d if training.zero_stage >= 1 else 1
-        ok = ok & ((e == 1) | ((model.num_experts % (e * t) == 0) & ((shard * c) % e == 0)))
+        ok = ok & ((e == 1) | titan_experts_fit(model.num_experts, d if training.zero_stage >= 1 else 1, t, c, e))
     return ok
 
 
@@ -399,16 +410,15 @@ def rank_plans(
     v_all = virtual_pipeline_sizes(model, training)
     db = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     # (p, vp) pairs first: an interleaving needs p > 1 and p x vp dividing the layers
-    pv = np.array([(pi, vi) for pi in p_all for vi in v_all
-                   if vi == 1 or (pi > 1 and model.num_layers % (pi * vi) == 0)], dtype=np.int64).reshape(-1, 2)
+    pv = np.array([(pi, vi) for pi in p_all for vi in v_all if interleaving_allowed(model.num_layers, pi, vi, 0)],
+                  dtype=np.int64).reshape(-1, 2)
     T, J, K, E, C = np.meshgrid(t_all, np.arange(len(pv)), np.arange(len(db)), e_all, c_all, indexing="ij")
     t_g, e_g, c_g = T.ravel(), E.ravel(), C.ravel()
     p_g, v_g = pv[J.ravel(), 0], pv[J.ravel(), 1]
     d_g, b_g = db[K.ravel(), 0], db[K.ravel(), 1]
     n_g = d_g * t_g * p_g * c_g
     keep = (n_g <= max_total) & ep_allowed(model, training, d_g, t_g, c_g, e_g)
-    # interleaving: the micro-batches per replica a multiple of p (Megatron's microbatch_group_size_per_vp_stage)
-    keep &= (v_g == 1) | ((B // (d_g * b_g)) % p_g == 0)
+    keep &= interleaving_allowed(model.num_layers, p_g, v_g, B // (d_g * b_g))
     t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g = (x[keep] for x in (t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g))
     # one id per split up to vp (rows that differ only in vp share it), for the interleaving rule below
     split_g = np.zeros(len(d_g), dtype=np.int64)

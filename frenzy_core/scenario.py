@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import re
 import zlib
@@ -153,11 +154,11 @@ class SplitSpec(BaseModel):
     etp: int = 0  # expert tensor parallelism; 0 = tp
 
     def parallelism(self) -> Parallelism:
-        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, vp=self.vp, ep=self.ep, etp=self.etp)
+        return Parallelism(**self.model_dump())
 
     @classmethod
     def of(cls, par: Parallelism) -> SplitSpec:
-        return cls(dp=par.dp, tp=par.tp, pp=par.pp, cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp)
+        return cls(**dataclasses.asdict(par))
 
 
 class Scenario(BaseModel):

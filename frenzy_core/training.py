@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error
@@ -208,6 +209,17 @@ class Parallelism:
     @property
     def num_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    def label(self) -> str:
+        """d=2 t=4 p=1, then vp / cp / ep / etp where they are not their default."""
+        extra = [f"{k}={v}" for k, v, default in (("vp", self.vp, 1), ("cp", self.cp, 1), ("ep", self.ep, 1),
+                                                   ("etp", self.etp, 0)) if v != default]
+        return " ".join([f"d={self.dp} t={self.tp} p={self.pp}", *extra])
+
+
+def expert_tp_array(etp, tp):
+    """`Parallelism.expert_tp` over numpy arrays: etp where it is set, else tp (float64)."""
+    return np.where(np.asarray(etp) > 0, np.asarray(etp, dtype=np.float64), tp)
 
 
 def check_sequence(model, training: TrainingSpec) -> None:

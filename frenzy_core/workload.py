@@ -41,6 +41,7 @@ from frenzy_core.plans import (
     context_parallel_sizes,
     ep_allowed,
     expert_parallel_sizes,
+    interleaving_allowed,
     virtual_pipeline_sizes,
 )
 from frenzy_core.training import Parallelism, TrainingSpec
@@ -228,7 +229,7 @@ def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: 
                 m = training.global_batch // (training.micro_batch * dp)
                 out += [Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep) for ep in eps
                         if ep_allowed(model, training, dp, tp, cp, ep)
-                        for vp in vps if vp == 1 or (pp > 1 and model.num_layers % (pp * vp) == 0 and m % pp == 0)]
+                        for vp in vps if interleaving_allowed(model.num_layers, pp, vp, m)]
     return out
 
 

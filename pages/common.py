@@ -144,13 +144,6 @@ def gib(n: float) -> float:
     return float(n) / GIB
 
 
-def split_label(p: Parallelism) -> str:
-    """d=2 t=4 p=1, plus cp / vp / ep / etp where they are not their default."""
-    extra = [f"{k}={getattr(p, k)}" for k, default in (("cp", 1), ("vp", 1), ("ep", 1), ("etp", 0))
-             if getattr(p, k) != default]
-    return " ".join([f"d={p.dp} t={p.tp} p={p.pp}", *extra])
-
-
 def fmt_params(n: int) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= div:
@@ -215,7 +208,7 @@ def fill_sidebar(container) -> None:
             st.markdown(f"**Scenario:** {st.session_state.scenario_name}")
         st.markdown("**Current model**")
         st.caption(f"{m.name} · {fmt_params(m.parameter_count())} parameters · seq {t.seq_len} · "
-                   f"batch {t.global_batch} (micro {t.micro_batch}) · {t.precision} · {split_label(p)}")
+                   f"batch {t.global_batch} (micro {t.micro_batch}) · {t.precision} · {p.label()}")
         st.markdown("**Current cluster**")
         counts = ", ".join(f"{n} × {g}" for g, n in c.gpus_by_type().items())
         st.caption(f"{c.name} · {len(c.nodes)} nodes · {c.total_gpus} GPUs ({counts})")

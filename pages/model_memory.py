@@ -3,6 +3,7 @@ and see the per-GPU memory by component, detailed beside the paper's method, aga
 
 from __future__ import annotations
 
+import dataclasses
 from typing import get_args
 
 import streamlit as st
@@ -53,7 +54,7 @@ TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "preci
 # its default again).
 FRAMEWORK_ONLY = {"compile": "fsdp2", "moe_grouped_gemm": "megatron", "reduce_bucket_size": "deepspeed",
                   "stage3_max_live_parameters": "deepspeed", "stage3_max_reuse_distance": "deepspeed"}
-SPLIT_FIELDS = ("dp", "tp", "pp", "cp", "vp", "ep", "etp")
+SPLIT_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism))  # dp, tp, pp, cp, vp, ep, etp
 MOE_SPLIT = ("ep", "etp")  # shown for a model with experts; hidden they are 1 and 0 (= t)
 CUSTOM = "(config.json)"
 # Upper bounds a user can type (the widgets refuse larger values with a message); the largest public models sit
@@ -335,7 +336,7 @@ with right:
         st.caption("Showing the last valid setup until the value above is fixed.")
     m, t, p = common.model(), common.training(), common.par()
     try:
-        result = memory_breakdowns(m.model_dump_json(), t.model_dump_json(), tuple(getattr(p, f) for f in SPLIT_FIELDS))
+        result = memory_breakdowns(m.model_dump_json(), t.model_dump_json(), dataclasses.astuple(p))
     except SpecError as err:
         common.show_error(err, "memory")
         st.stop()
@@ -373,7 +374,7 @@ with right:
         by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
     names = list(dict.fromkeys([*detailed[0], *paper[0]]))
     st.vega_lite_chart(charts.memory_chart(result, names, by_capacity, log_scale,
-                                         [m.name, f"{common.split_label(p)}, micro-batch {t.micro_batch}, "
+                                         [m.name, f"{p.label()}, micro-batch {t.micro_batch}, "
                                                   f"seq {t.seq_len}"], TERM_HELP), key="memory_chart", width="stretch")
     st.table([{"GPU": g.name, "memory GiB": f"{common.gib(g.memory_bytes):.1f}",
                "headroom GiB (detailed)": f"{common.gib(g.memory_bytes) - detailed[1]:.2f}",

@@ -60,11 +60,11 @@ with left, st.container(border=True):
     a.metric("Parameters", common.fmt_params(m.parameter_count()), help=f"{m.parameter_count():,} exactly")
     cp = f" × {p.cp}" if p.cp > 1 else ""
     b.metric("Split d × t × p" + (" × cp" if cp else ""), f"{p.dp} × {p.tp} × {p.pp}{cp}",
-             help=f"{common.split_label(p)}: {p.num_gpus} GPUs")
+             help=f"{p.label()}: {p.num_gpus} GPUs")
     st.caption(f"h={m.hidden_size}, layers={m.num_layers}, heads={m.num_heads} (kv {m.kv_heads}), "
                f"vocab={m.vocab_size}; seq {t.seq_len}, global batch {t.global_batch}, micro-batch "
                f"{t.micro_batch}, {t.precision}, ZeRO-{t.zero_stage}, recompute {t.recompute}, {t.attention} attention, "
-               f"{t.framework}; split {common.split_label(p)}")
+               f"{t.framework}; split {p.label()}")
 with right, st.container(border=True):
     st.subheader(f"Cluster: {c.name}", anchor=False)
     a, b = st.columns(2)
