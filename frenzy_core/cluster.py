@@ -23,11 +23,20 @@ from functools import cached_property
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError, model_validator
 
-from frenzy_core.errors import SpecError, from_validation_error, read_text_file
+from frenzy_core.errors import SpecError, from_validation_error
 from frenzy_core.gpus import CATALOG, GPUType, LinkKind
-from frenzy_core.limits import MAX_GPUS_PER_NODE, MAX_NODES, MAX_TOTAL_GPUS, load_yaml, short_repr
+from frenzy_core.limits import (
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_TOTAL_GPUS,
+    Name,
+    load_yaml,
+    read_user_file,
+    short_repr,
+    slug_name,
+)
 
 DEFAULT_NETWORK_GBIT_S = 100.0  # a 100 Gbit/s InfiniBand/RoCE NIC per node, the common datacenter default
 
@@ -37,9 +46,9 @@ class Node(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str  # unique within the cluster
-    gpu_type: str  # key into the catalog or the cluster's own gpu_types
-    num_gpus: int  # GPUs in this node (tensor parallelism stays inside one node)
+    name: Name  # unique within the cluster; it reaches host lists and launch scripts (limits.check_name)
+    gpu_type: Name  # key into the catalog or the cluster's own gpu_types
+    num_gpus: StrictInt  # GPUs in this node (tensor parallelism stays inside one node); `true` is not 1
     intra_link: LinkKind | None = None  # None = the GPU type's usual link
     intra_link_gbyte_s: float | None = None  # per-GPU GB/s inside the node; None = the GPU type's figure
     network_gbit_s: float = DEFAULT_NETWORK_GBIT_S  # node-to-node bandwidth, Gbit/s
@@ -76,8 +85,8 @@ class Cluster(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = "cluster"
-    description: str = ""
+    name: Name = "cluster"  # limits.check_name: it reaches job names and launch scripts
+    description: str = ""  # free text, shown escaped
     gpu_types: tuple[GPUType, ...] = ()  # user-defined types; override catalog entries of the same name
     nodes: tuple[Node, ...]
 
@@ -202,7 +211,7 @@ def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
         except TypeError:
             raise SpecError(f"nodes[{i}]", "node fields must be key: value pairs", source) from None
     try:
-        return Cluster(name=data.get("name", Path(source).stem), description=data.get("description", ""),
+        return Cluster(name=data.get("name", slug_name(Path(source).stem, "cluster")), description=data.get("description", ""),
                        gpu_types=tuple(gpu_types), nodes=tuple(Node(**n) for n in nodes))
     except ValidationError as err:
         raise from_validation_error(err, source, fields=("nodes",)) from None
@@ -215,7 +224,21 @@ def parse_cluster_yaml(text: str, source: str = "cluster.yaml") -> Cluster:
 
 def load_cluster(path: str | Path) -> Cluster:
     p = Path(path)
-    return parse_cluster_yaml(read_text_file(p, "cluster", "a cluster YAML file"), source=p.name)
+    return parse_cluster_yaml(read_user_file(p, "cluster", "a cluster YAML file"), source=p.name)
+
+
+# The clusters that ship with the planner (the repository's sample_clusters/): the only ones a share link, a pasted
+# or an uploaded scenario may name; anything else travels inline.
+BUNDLED_CLUSTER_DIR = Path(__file__).resolve().parent.parent / "sample_clusters"
+
+
+def bundled_clusters() -> dict[str, Path]:
+    """{name: path} of the bundled sample clusters, sorted by name.
+
+    >>> list(bundled_clusters())[:2]
+    ['alibaba-1k', 'modern-mixed']
+    """
+    return {p.stem: p for p in sorted(BUNDLED_CLUSTER_DIR.glob("*.yaml"))}
 
 
 def cluster_to_yaml(cluster: Cluster) -> str:

@@ -18,16 +18,25 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO
 
 import yaml
+from pydantic import AfterValidator
 
 from frenzy_core.errors import SpecError
 
 # --- files -----------------------------------------------------------------------------------------------------------
-MAX_SPEC_FILE_BYTES = 4 * 1024**2  # cluster YAML, config.json, model spec, scenario: real ones are a few KB
+MAX_SPEC_FILE_BYTES = 1 << 20  # 1 MiB: cluster YAML, config.json, model spec, scenario, share link (real ones: a few KB;
+# a 10,000-node cluster listed node by node is ~600 KB, and `count:` groups make any cluster a few hundred bytes)
 MAX_TRACE_FILE_BYTES = 256 * 1024**2  # the whole Philly trace is 4 MB, Alibaba's largest pod list ~100 MB
 MAX_YAML_EVENTS = 1_000_000  # parser events in one YAML document (a 10,000-node cluster is ~100,000)
+MAX_SHARE_CHARS = 6000  # a share link's code: a URL under ~8 KB passes every mainstream browser, proxy and Tornado
+MAX_FLAG_INT = 2**40  # any integer CLI flag: none means anything near this; larger ones would overflow int64 arithmetic
+MAX_REPORTED_SKIPS = 1000  # skipped trace rows listed one by one in --json (all are counted)
 
 # --- clusters ----------------------------------------------------------------------------------------------------------
 MAX_NODES = 100_000  # nodes after `count:` expansion
@@ -43,6 +52,15 @@ MAX_EXPERTS = 1 << 14
 MAX_SEQ_LEN = 1 << 24  # 16.7M tokens per sample (long-context training reaches ~1M)
 MAX_BATCH = 1 << 24  # samples per step (global batch) and per micro-batch
 MAX_PARALLEL = MAX_TOTAL_GPUS  # any of d, t, p
+MIN_TOKENS, MAX_TOKENS = 1e3, 1e16  # a plan's token budget: a smoke test to 100x the largest published pre-training run
+
+# --- defaults every entry point shares (CLI flags, widgets, scenarios, the core's keyword arguments) ---------------
+DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of each GPU free: allocator fragmentation beyond the modelled overhead
+DEFAULT_TOKENS = 1e10  # the token budget a plan trains for when none is given
+
+# --- the app's and a scenario's runs (widgets take their max_value from here) -------------------------------------
+MAX_SCENARIO_JOBS = 100_000  # trace jobs one app or scenario simulation replays (the full Philly trace: 82,247)
+MAX_SCENARIO_SEEDS = 20  # seeds per app or scenario run: a 95% CI is already tight at 10 (the CLI allows MAX_SEEDS)
 
 # --- traces and simulations --------------------------------------------------------------------------------------------
 MAX_TRACE_ROWS = 5_000_000  # the full Philly trace has 82,247 jobs, Alibaba 2020 ~1.2M tasks
@@ -51,6 +69,76 @@ MAX_SEEDS = 1000
 MAX_JOB_GPUS = MAX_TOTAL_GPUS
 MAX_TRACE_NUMBER = 1e15  # any number in a trace row (GPUs, seconds, tokens are checked against their own limits)
 MAX_DURATION_S = 10 * 365 * 86400.0  # a job of ten years is a data error
+MAX_ROUNDS = 2_000_000  # a round-engine run that has not finished after this many rounds is an error, not a loop
+
+# dates a trace timestamp may hold (UTC, end exclusive): from the Unix epoch, which epoch-second traces cannot
+# precede, to 2100; outside is a placeholder or a typo ("9999-12-31"), never a submit time
+TRACE_TIMESTAMP_RANGE = ("1970-01-01", "2100-01-01")
+
+# --- what-if and sweeps ------------------------------------------------------------------------------------------------
+# A purchase of 10^5 GPUs is the largest cluster anyone has announced; one --add past it is a typo (1e20 used to
+# build nodes until memory ran out).
+MAX_GPUS_PER_ADDITION = 100_000
+# All candidates together: ten purchases of that size. Every added GPU is simulated in every run of its candidate.
+MAX_ADDED_GPUS = 1_000_000
+# Candidate clusters in one what-if or sweep: a procurement compares a handful (the page offers 3, the search 8).
+MAX_CANDIDATES = 1000
+# Mixes the budget search enumerates (one Python loop step each, ~1 s for 10^6): three GPU types at 100 servers
+# each is 10^6; the default $100/h in 8-GPU servers is ~125.
+MAX_SEARCH_MIXES = 1_000_000
+# Simulations in one sweep (candidates x policies x seeds x workloads): a run takes 0.1 s to minutes, so 10^5 is a
+# day of one core or minutes of a Ray cluster; the default what-if is 4 candidates x 5 seeds = 20.
+MAX_SWEEP_RUNS = 100_000
+# Worker processes (local pool) or CPUs (a local Ray cluster): the largest two-socket servers have 2 x 192 cores x 2
+# threads = 768; more would only start processes that wait.
+MAX_WORKERS = 1024
+# Seconds to resolve a Ray --address and hear a gRPC server answer on it: a head on the same network answers in
+# milliseconds. Without it ray.init(address=...) retries a dead address 20 times at ~40 s each.
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+# --- names -------------------------------------------------------------------------------------------------------------
+MAX_NAME_CHARS = 64  # model, cluster, node, GPU type and scenario names: "llama-3.1-405b", "H100-80GB", "dgx-h100-17"
+NAME_RULE = f"1 to {MAX_NAME_CHARS} letters, digits, '.', '_' or '-'"
+_NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_NAME_CHARS}}}")
+
+
+def check_name(value: Any, field: str = "name") -> str:
+    """`value` as a name that is safe in a shell word, a TOML key or string, a YAML scalar, a file name and markdown.
+
+    Names end up in launch scripts, job names, host lists and page headings, so they are held to one plain alphabet
+    here rather than escaped differently in each place (exports escape as well: defence in depth).
+
+    >>> check_name("llama-2-7b"), check_name("H100-80GB")
+    ('llama-2-7b', 'H100-80GB')
+    >>> check_name("lab\\ntouch PWNED", "cluster.name")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: cluster.name: must be 1 to 64 letters, digits, '.', '_' or '-', got 'lab\\ntouch PWNED'; rename it
+    """
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or value in (".", ".."):
+        raise SpecError(field, f"must be {NAME_RULE}, got {short_repr(value)}; rename it")
+    return value
+
+
+def slug_name(text: str, fallback: str = "custom") -> str:
+    """A valid name made from free text (a file's stem, an upload's name): other characters become '-'.
+
+    >>> slug_name("my model (v2).json"), slug_name("???"), slug_name("a" * 100) == "a" * MAX_NAME_CHARS
+    ('my-model-v2-.json', 'custom', True)
+    """
+    slug = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._-]", "-", str(text)))[:MAX_NAME_CHARS].strip("-")
+    return slug if _NAME.fullmatch(slug) and slug not in (".", "..") else fallback
+
+
+def _name_validator(value: Any) -> str:
+    try:
+        return check_name(value)
+    except SpecError as err:
+        raise ValueError(f"name {err.reason}") from None
+
+
+Name = Annotated[str, AfterValidator(_name_validator)]  # a pydantic field type: check_name at every boundary
 
 
 def short_repr(value: Any, limit: int = 40) -> str:
@@ -112,56 +200,204 @@ def check_size(text: str | bytes, field: str, limit: int = MAX_SPEC_FILE_BYTES, 
                         "give a smaller file", source)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """yaml.SafeLoader without aliases: `*name` references are how a 400-byte file expands into gigabytes."""
+MAX_YAML_DEPTH = 32  # nesting levels in one YAML or JSON document: a scenario is 5 deep, a cluster 4
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses what lets a small file cost a lot, in one linear pass.
+
+    - aliases (`*name`) and merge keys (`<<`): how a 400-byte file expands into gigabytes;
+    - duplicate keys: YAML says they are an error, PyYAML silently keeps the last;
+    - nesting past MAX_YAML_DEPTH: PyYAML composes recursively (a RecursionError) and its scanner's simple-key table
+      grows with the depth (quadratic time), so the depth is checked on each node as it is composed;
+    - more than MAX_YAML_EVENTS parser events.
+    """
+
+    def __init__(self, stream, field: str, source: str | None):
+        super().__init__(stream)
+        self.field, self.source, self.depth, self.events = field, source, 0, 0
+
+    def fail(self, mark, message: str):
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        raise SpecError(self.field, f"{line}{message}", self.source)
+
+    def get_event(self):
+        self.events += 1
+        if self.events > MAX_YAML_EVENTS:
+            self.fail(None, f"more than {MAX_YAML_EVENTS:,} YAML items; give a smaller file")
+        return super().get_event()
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.fail(self.peek_event().start_mark, "YAML aliases (*name) are not allowed; write the values out")
+        self.depth += 1
+        if self.depth > MAX_YAML_DEPTH:
+            self.fail(self.peek_event().start_mark,
+                      f"nested more than {MAX_YAML_DEPTH} levels deep; a real file is a few levels deep")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                self.fail(key_node.start_mark, "YAML merge keys (<<) are not allowed; write the keys out")
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeConstructor reports it below
+                continue
+            if duplicate:
+                self.fail(key_node.start_mark, f"duplicate key {short_repr(key)}; give each key once")
+        return super().construct_mapping(node, deep)
 
 
 def load_yaml(text: str, field: str, source: str | None = None, limit: int = MAX_SPEC_FILE_BYTES) -> Any:
-    """Parse YAML text safely: size-checked, no aliases/anchors, a bounded number of parser events.
+    """Parse YAML text safely: size-checked; no aliases, merge keys or duplicate keys; bounded depth and events.
+
+    The one YAML loader of the project: scenarios, share links, clusters, model specs and configs all come here.
 
     >>> load_yaml("a: &x [1]\\nb: *x", "cluster")
     Traceback (most recent call last):
     ...
     frenzy_core.errors.SpecError: cluster: line 2: YAML aliases (*name) are not allowed; write the values out
+    >>> load_yaml("nodes: 1\\nnodes: 2", "cluster")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: cluster: line 2: duplicate key 'nodes'; give each key once
     """
     check_size(text, field, limit, source)
-    events = 0
+    loader = _SafeLoader(text, field, source)
     try:
-        for event in yaml.parse(text, Loader=_NoAliasLoader):
-            events += 1
-            if isinstance(event, yaml.AliasEvent):
-                line = event.start_mark.line + 1 if event.start_mark else "?"
-                raise SpecError(field, f"line {line}: YAML aliases (*name) are not allowed; write the values out",
-                                source)
-            if events > MAX_YAML_EVENTS:
-                raise SpecError(field, f"more than {MAX_YAML_EVENTS:,} YAML items; give a smaller file", source)
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        return loader.get_single_data()
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or "syntax error"
         raise SpecError(field, f"{where}not valid YAML: {short_repr(problem, 80)}", source) from None
-    except RecursionError:
+    except RecursionError:  # cannot happen below MAX_YAML_DEPTH; kept so that no RecursionError ever escapes
         raise SpecError(field, "nested more than the parser allows; a real file is a few levels deep",
                         source) from None
+    finally:
+        loader.dispose()
 
 
-def load_json(text: str, field: str, source: str | None = None, limit: int = MAX_SPEC_FILE_BYTES) -> Any:
-    """Parse JSON text: size-checked; a deeply nested file is a SpecError, not a crash of the parser.
+def _no_duplicate_keys(field: str, source: str | None):
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            seen: set[str] = set()
+            key = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise SpecError(field, f"duplicate key {short_repr(key)}; give each key once", source)
+        return out
+    return hook
+
+
+def check_depth(data: Any, field: str, source: str | None = None, limit: int = MAX_YAML_DEPTH) -> None:
+    """Refuse data nested deeper than `limit` (iteratively: a deep value never recurses here)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                raise SpecError(field, f"nested more than {limit} levels deep; a real file is a few levels deep",
+                                source)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+
+
+def load_json(text: str | bytes, field: str, source: str | None = None, limit: int = MAX_SPEC_FILE_BYTES) -> Any:
+    """Parse JSON text: size-checked, duplicate keys refused, depth bounded; never a crash of the parser.
 
     >>> load_json("[" * 100_000 + "]" * 100_000, "config.json")
     Traceback (most recent call last):
     ...
     frenzy_core.errors.SpecError: config.json: nested too deeply for the parser; a real config is 3-4 levels deep
+    >>> load_json('{"a": 1, "a": 2}', "config.json")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: config.json: duplicate key 'a'; give each key once
     """
     check_size(text, field, limit, source)
     try:
-        return json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys(field, source))
     except json.JSONDecodeError as err:
         raise SpecError(field, f"not valid JSON (line {err.lineno}: {err.msg}); give the file's whole text",
                         source) from None
+    except UnicodeDecodeError:
+        raise SpecError(field, "is not UTF-8 text; give the file's whole text", source) from None
     except RecursionError:  # the C decoder recurses once per level
         raise SpecError(field, "nested too deeply for the parser; a real config is 3-4 levels deep", source) from None
+    check_depth(data, field, source)
+    return data
+
+
+def open_user_file(path: str | os.PathLike, field: str, expected: str, limit: int = MAX_SPEC_FILE_BYTES) -> BinaryIO:
+    """A user's own file opened for reading in binary, or a SpecError; the caller closes it.
+
+    Only a regular file is opened for reading, and only after its size is checked against `limit`: a device
+    (/dev/zero reads forever), a FIFO (blocks forever), a folder or a socket is refused by what it is, before a byte
+    is read. The file is opened non-blocking and checked through its descriptor, so it cannot be swapped between the
+    check and the read.
+    """
+    name = str(path)
+    shown = name if name.isprintable() and len(name) <= 200 else short_repr(name, 200)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise SpecError(field, f"file not found: {shown}") from None
+    except IsADirectoryError:
+        raise SpecError(field, f"{shown} is a folder; give the path of {expected}") from None
+    except (OSError, ValueError) as err:  # no permission, a NUL in the name, ...
+        raise SpecError(field, f"cannot read {shown}: {getattr(err, 'strerror', None) or 'bad path'}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SpecError(field, f"{shown} is a folder; give the path of {expected}")
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError(field, f"{shown} is not a regular file ({_file_kind(info.st_mode)}); "
+                            f"give the path of {expected}")
+        if info.st_size > limit:
+            raise SpecError(field, f"{info.st_size:,} bytes is over the {limit:,}-byte limit for {expected}; "
+                            "give a smaller file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_user_file(path: str | os.PathLike, field: str, expected: str, limit: int = MAX_SPEC_FILE_BYTES) -> str:
+    """A user's own text file (the CLI's --spec, --config, cluster and scenario paths), read safely
+    (`open_user_file`: regular files only, size-checked before reading).
+
+    >>> read_user_file("/dev/zero", "spec", "a model spec")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: spec: /dev/zero is not a regular file (a character device); give the path of a model spec
+    >>> read_user_file("/nonexistent.yaml", "cluster", "a cluster YAML file")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: cluster: file not found: /nonexistent.yaml
+    """
+    with open_user_file(path, field, expected, limit) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew since the check
+        raise SpecError(field, f"over the {limit:,}-byte limit for {expected}; give a smaller file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SpecError(field, f"{Path(str(path)).name} is not UTF-8 text; give {expected}") from None
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
 
 def divisors(n: int) -> list[int]:

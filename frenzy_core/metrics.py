@@ -12,16 +12,18 @@ import numpy as np
 from scipy import stats
 
 SUMMARY_KEYS = ("jobs", "completed", "gave_up", "rejected", "avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s",
-                "gpu_hours", "oom_failures", "model_fallbacks", "oversized_jobs", "sched_overhead_ms_per_decision",
+                "gpu_hours", "oom_failures", "model_fallbacks", "oversized_jobs", "rejected_no_fit",
+                "sched_overhead_ms_per_decision",
                 "wall_s")
 # JCT, queueing and percentiles are over completed jobs only: a job given up after `max_oom_retries` out-of-memory
 # failures, or rejected, has no completion time; `gave_up` and `rejected` count them so no table hides them.
-COUNT_KEYS = ("jobs", "completed", "gave_up", "rejected", "oom_failures", "model_fallbacks", "oversized_jobs")  # ints in a summary when integral
+COUNT_KEYS = ("jobs", "completed", "gave_up", "rejected", "oom_failures", "model_fallbacks", "oversized_jobs",
+              "rejected_no_fit")  # ints in a summary when integral
 # Metrics that cannot be negative: their confidence intervals are clipped at 0 (see mean_ci).
 NONNEGATIVE_KEYS = frozenset({
     "jobs", "completed", "gave_up", "rejected", "avg_jct_s", "median_jct_s", "p95_jct_s", "p99_jct_s", "avg_queue_s",
     "p99_queue_s", "makespan_s", "gpu_hours", "avg_utilisation", "oom_failures", "oom_wasted_gpu_hours", "restarts",
-    "decisions", "sched_overhead_ms_per_decision", "wall_s"})
+    "decisions", "sched_overhead_ms_per_decision", "wall_s", "model_fallbacks", "oversized_jobs", "rejected_no_fit"})
 
 
 def jct_stats(jct_s: np.ndarray) -> dict[str, float]:

@@ -12,18 +12,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from frenzy_core.errors import SpecError, from_validation_error, read_text_file
+from frenzy_core.errors import SpecError, from_validation_error
 from frenzy_core.limits import (
     MAX_EXPERTS,
     MAX_HIDDEN,
     MAX_LAYERS,
     MAX_SEQ_LEN,
+    MAX_SPEC_FILE_BYTES,
     MODEL_LIMITS,
-    check_size,
+    Name,
     check_upper_limits,
     divisors,
     load_json,
     load_yaml,
+    read_user_file,
+    slug_name,
 )
 
 MlpKind = Literal["gelu", "swiglu"]
@@ -56,7 +59,7 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = "custom"  # shown in tables and the CLI
+    name: Name = "custom"  # shown in tables, the CLI and launch files: limits.check_name's alphabet
     vocab_size: int  # V: rows of the embedding and the LM head; drives the logits term
     hidden_size: int  # h: width of the residual stream
     num_layers: int  # l: transformer blocks; pipeline stages split these
@@ -553,13 +556,13 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
         raise SpecError(
             "model_type", f"unsupported model_type {mtype!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    label = name or config.get("_name_or_path") or mtype
+    label = slug_name(name or str(config.get("_name_or_path") or mtype), fallback=mtype)
     if mtype == "gemma3":
         text = config.get("text_config")
         if not isinstance(text, dict):
             raise SpecError("text_config", "missing in the gemma3 config.json (an object with the language model)")
         config = {**_GEMMA3_TEXT_DEFAULTS, **text}
-        mtype, label = "gemma3_text", f"{label} (text)"
+        mtype, label = "gemma3_text", slug_name(f"{label}-text")
 
     def need(*keys: str):
         for k in keys:
@@ -723,9 +726,6 @@ ZOO: dict[str, ModelSpec] = {
 }
 
 
-MAX_SPEC_FILE_BYTES = 1 << 20  # 1 MiB: a ModelSpec is a few dozen scalars (limits.py allows 4 MiB for others)
-
-
 def load_model_spec(path: str | Path) -> ModelSpec:
     """Read a model given as a JSON or YAML file of ModelSpec fields (`frenzy memory --spec FILE`).
 
@@ -739,11 +739,7 @@ def load_model_spec(path: str | Path) -> ModelSpec:
     frenzy_core.errors.SpecError: spec: file not found: /nonexistent.yaml
     """
     p = Path(path)
-    if p.is_file() and p.stat().st_size > MAX_SPEC_FILE_BYTES:
-        raise SpecError("spec", f"{p.name} is {p.stat().st_size:,} bytes; a model spec file must be at most "
-                        f"{MAX_SPEC_FILE_BYTES:,} bytes (1 MiB)")
-    text = read_text_file(p, "spec", "a JSON or YAML file of ModelSpec fields")
-    check_size(text, "spec", MAX_SPEC_FILE_BYTES, p.name)  # the file may have grown since stat()
+    text = read_user_file(p, "spec", "a JSON or YAML file of ModelSpec fields")
     data = _parse_spec_text(text, p.name, as_json=p.suffix.lower() == ".json")
     if not isinstance(data, dict):
         raise SpecError("spec", f"must be a mapping of ModelSpec fields (e.g. hidden_size: 4096), got "
@@ -757,7 +753,7 @@ def load_model_spec(path: str | Path) -> ModelSpec:
         if value is not None and not isinstance(value, (str, int, float, bool)):
             raise SpecError(key, f"must be a single value (number, text, true/false or null), got "
                             f"{type(value).__name__}", source=p.name)
-    data.setdefault("name", p.stem)
+    data.setdefault("name", slug_name(p.stem))
     try:
         return ModelSpec.model_validate(data, strict=True)
     except ValidationError as err:
@@ -779,5 +775,5 @@ def parse_hf_config_text(text: str, name: str | None = None) -> ModelSpec:
 def load_hf_config(path: str | Path) -> ModelSpec:
     """Read a local config.json (no network) and build its ModelSpec."""
     p = Path(path)
-    text = read_text_file(p, "config", "a Hugging Face config.json")
-    return parse_hf_config_text(text, name=p.parent.name if p.name == "config.json" else p.stem)
+    text = read_user_file(p, "config", "a Hugging Face config.json")
+    return parse_hf_config_text(text, name=slug_name(p.parent.name if p.name == "config.json" else p.stem))

@@ -23,6 +23,7 @@ import numpy as np
 
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import MAX_ROUNDS
 from frenzy_core.sia_apps import (
     CATALOG_TO_SIA,
     GoodputModel,
@@ -32,11 +33,10 @@ from frenzy_core.sia_apps import (
     load_app,
     split_batch,
 )
-from frenzy_core.simulate import SimResult
+from frenzy_core.simulate import SimResult, job_columns
 
 Alloc = tuple[str | None, tuple[int, ...]]  # (Sia GPU-type suffix or None, node index of each GPU)
 NO_ALLOC: Alloc = (None, ())
-MAX_ROUNDS = 2_000_000  # a run that has not finished after this many rounds is an error, not an endless loop
 
 
 @dataclass(frozen=True)
@@ -306,32 +306,17 @@ def _check_capacity(alloc: Mapping[int, Alloc], layouts: Sequence[TypeLayout]) -
 
 
 def _result(policy_name, cluster, layouts, states, busy_t, busy, decisions, policy, wall_s) -> SimResult:
-    nan = math.nan
     name = {lay.suffix: lay.gpu_type for lay in layouts}
-    arrival = np.array([s.job.arrival_s for s in states])
-    finish = np.array([s.finish_s if s.finish_s is not None else nan for s in states])
-    first = np.array([s.first_start_s if s.first_start_s is not None else nan for s in states])
-    cols = {
-        "job_id": np.array([s.job.job_id for s in states], dtype=object),
-        "model": np.array([s.job.application for s in states], dtype=object),
-        "tokens": np.zeros(len(states)),
-        "trace_gpus": np.array([s.job.num_replicas for s in states]),
-        "trace_duration_s": np.full(len(states), nan),
-        "arrival_s": arrival,
-        "start_s": first,
-        "finish_s": finish,
-        "jct_s": finish - arrival,
-        "queue_s": first - arrival,
-        "gpu_type": np.array([name.get(s.suffix, "") for s in states], dtype=object),
-        "num_gpus": np.array([sum(s.placement) for s in states]),
-        "dp": np.zeros(len(states), dtype=int),
-        "tp": np.ones(len(states), dtype=int),
-        "pp": np.ones(len(states), dtype=int),
-        "gpu_hours": np.array([s.attained_gpu_s / 3600.0 for s in states]),
-        "oom_failures": np.zeros(len(states), dtype=int),
-        "restarts": np.array([s.restarts or 0 for s in states]),
-        "state": np.array(["done" if s.done else "running" for s in states], dtype=object),
-    }
+    n = len(states)
+    cols = job_columns(
+        job_id=[s.job.job_id for s in states], model=[s.job.application for s in states], tokens=np.zeros(n),
+        trace_gpus=[s.job.num_replicas for s in states], trace_duration_s=np.full(n, math.nan),
+        arrival_s=[s.job.arrival_s for s in states], start_s=[s.first_start_s for s in states],
+        finish_s=[s.finish_s for s in states], gpu_type=[name.get(s.suffix, "") for s in states],
+        num_gpus=[sum(s.placement) for s in states], dp=np.zeros(n, dtype=int), tp=np.ones(n, dtype=int),
+        pp=np.ones(n, dtype=int), gpu_hours=[s.attained_gpu_s / 3600.0 for s in states],
+        oom_failures=np.zeros(n, dtype=int), restarts=[s.restarts or 0 for s in states],
+        state=["done" if s.done else "running" for s in states])
     # busy GPUs per type from each round on; the run charges whole rounds, jobs charge what they used
     t = np.array([0.0, *busy_t])
     b = np.array([[0] * len(layouts), *busy], dtype=np.int64)

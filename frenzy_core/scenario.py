@@ -35,14 +35,28 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from frenzy_core.cluster import Cluster, cluster_from_dict, load_cluster
-from frenzy_core.errors import SpecError, from_validation_error, read_text_file
+from frenzy_core.cluster import Cluster, bundled_clusters, cluster_from_dict, load_cluster
+from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.limits import (
+    DEFAULT_SAFETY_MARGIN,
+    DEFAULT_TOKENS,
+    MAX_SCENARIO_JOBS,
+    MAX_SCENARIO_SEEDS,
+    MAX_SHARE_CHARS,
+    MAX_SPEC_FILE_BYTES,
+    MAX_TOKENS,
+    MIN_TOKENS,
+    Name,
+    load_json,
+    load_yaml,
+    read_user_file,
+    short_repr,
+)
 from frenzy_core.models import ZOO, ModelSpec
-from frenzy_core.plans import DEFAULT_SAFETY_MARGIN, DEFAULT_SCALING_FLOOR
+from frenzy_core.plans import DEFAULT_SCALING_FLOOR
 from frenzy_core.training import Parallelism, TrainingSpec, check_parallelism
 
-MAX_SCENARIO_BYTES = 1 << 20  # 1 MiB of YAML: a 10,000-node cluster in groups is a few hundred bytes
-MAX_SHARE_CHARS = 6000  # a URL under ~8 KB passes every mainstream browser, proxy and Tornado's header limit
+MAX_SCENARIO_BYTES = MAX_SPEC_FILE_BYTES  # the one limit for spec-like files (limits.py)
 USERS = ("ml-engineer", "procurement", "teacher", "custom")
 _SHARE_ALPHABET = re.compile(r"^[A-Za-z0-9_-]*$")
 
@@ -53,7 +67,7 @@ class PlanGoal(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     objective: Literal["time", "gpu-hours", "cost", "gpus"] = "time"  # see plans.OBJECTIVES
-    tokens: float = 1e10  # token budget to train for
+    tokens: float = DEFAULT_TOKENS  # token budget to train for
     method: Literal["detailed", "paper"] = "detailed"  # memory model
     safety_margin: float = DEFAULT_SAFETY_MARGIN  # fraction of each GPU's memory kept free
     scaling_floor: float = DEFAULT_SCALING_FLOOR  # added GPUs must buy this share of linear speed-up (0 = off)
@@ -63,8 +77,8 @@ class PlanGoal(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PlanGoal:
-        if not 1e3 <= self.tokens <= 1e16:
-            raise ValueError(f"tokens must be between 1e3 and 1e16, got {self.tokens:g}")
+        if not MIN_TOKENS <= self.tokens <= MAX_TOKENS:
+            raise ValueError(f"tokens must be between {MIN_TOKENS:g} and {MAX_TOKENS:g}, got {self.tokens:g}")
         if not 0.0 <= self.safety_margin < 1.0:
             raise ValueError(f"safety_margin must be in [0, 1), got {self.safety_margin}")
         if not 0.0 <= self.scaling_floor <= 1.0:
@@ -115,10 +129,10 @@ class SimulationSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> SimulationSpec:
-        if not 1 <= self.limit_jobs <= 100_000:
-            raise ValueError(f"limit_jobs must be between 1 and 100000, got {self.limit_jobs}")
-        if not 1 <= self.seeds <= 20:
-            raise ValueError(f"seeds must be between 1 and 20, got {self.seeds}")
+        if not 1 <= self.limit_jobs <= MAX_SCENARIO_JOBS:
+            raise ValueError(f"limit_jobs must be between 1 and {MAX_SCENARIO_JOBS:,}, got {self.limit_jobs}")
+        if not 1 <= self.seeds <= MAX_SCENARIO_SEEDS:
+            raise ValueError(f"seeds must be between 1 and {MAX_SCENARIO_SEEDS}, got {self.seeds}")
         return self
 
 
@@ -135,8 +149,8 @@ class WhatIfSpec(BaseModel):
     def _check(self) -> WhatIfSpec:
         if not 0 <= self.budget_usd_per_hour <= 1e7:
             raise ValueError(f"budget_usd_per_hour must be between 0 and 1e7, got {self.budget_usd_per_hour}")
-        if not 1 <= self.seeds <= 20:
-            raise ValueError(f"seeds must be between 1 and 20, got {self.seeds}")
+        if not 1 <= self.seeds <= MAX_SCENARIO_SEEDS:
+            raise ValueError(f"seeds must be between 1 and {MAX_SCENARIO_SEEDS}, got {self.seeds}")
         return self
 
 
@@ -152,6 +166,8 @@ class SplitSpec(BaseModel):
     vp: int = 1  # interleaved pipeline chunks per rank
     ep: int = 1  # expert-parallel ranks (MoE)
     etp: int = 0  # expert tensor parallelism; 0 = tp
+    first_stage_layers: int = 0  # layers on the first pipeline stage; 0 = an even split (Megatron's uneven stages)
+    last_stage_layers: int = 0  # layers on the last pipeline stage; 0 = an even split
 
     def parallelism(self) -> Parallelism:
         return Parallelism(**self.model_dump())
@@ -167,9 +183,9 @@ class Scenario(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: Literal[1] = 1  # the file format's version
-    name: str = "scenario"  # shown in the app and the CLI
+    name: Name = "scenario"  # shown in the app and the CLI, names downloads: limits.check_name's alphabet
     user: Literal["ml-engineer", "procurement", "teacher", "custom"] = "custom"  # who it is for
-    description: str = ""
+    description: str = ""  # free text (the title); shown escaped
     model: str | ModelSpec = "llama-2-7b"
     training: TrainingSpec = TrainingSpec()
     split: SplitSpec = SplitSpec()
@@ -249,25 +265,26 @@ def scenario_to_data(s: Scenario) -> dict:
 def scenario_from_data(data, source: str = "scenario", base_dir: Path | None = None) -> Scenario:
     """Validate parsed YAML/JSON into a Scenario; errors name the field (e.g. `training.global_batch`).
 
-    `cluster` may be inline (a cluster YAML mapping) or a path to a cluster YAML, relative to `base_dir`.
+    `cluster` is inline (a cluster YAML mapping) or the name of a bundled cluster (`cluster.bundled_clusters`). Only
+    with `base_dir` (the CLI reading the user's own scenario file) may it also be a path to a cluster YAML, relative
+    to `base_dir`; a share link, a pasted or an uploaded scenario never makes the server read a path.
     """
     if not isinstance(data, dict):
         raise SpecError("(top level)", "a scenario must be a mapping with at least `cluster`", source)
     data = dict(data)
     if "cluster" not in data:
-        raise SpecError("cluster", "missing; give the cluster inline (name, nodes) or the path of a cluster YAML",
+        raise SpecError("cluster", "missing; give the cluster inline (name, nodes) or the name of a bundled cluster",
                         source)
     raw = data["cluster"]
     if isinstance(raw, str):
-        path = Path(raw) if base_dir is None or Path(raw).is_absolute() else base_dir / raw
-        data["cluster"] = load_cluster(path)
+        data["cluster"] = _named_cluster(raw, source, base_dir)
     elif isinstance(raw, dict):
         try:
             data["cluster"] = cluster_from_dict(raw, source=f"{source}: cluster")
         except SpecError as err:
             raise SpecError(f"cluster.{err.field}", err.reason, source) from None
     else:
-        raise SpecError("cluster", "must be a mapping (name, nodes) or the path of a cluster YAML", source)
+        raise SpecError("cluster", "must be a mapping (name, nodes) or the name of a bundled cluster", source)
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
@@ -280,6 +297,19 @@ def scenario_from_data(data, source: str = "scenario", base_dir: Path | None = N
         raise SpecError(field, e.reason, source) from None
 
 
+def _named_cluster(raw: str, source: str, base_dir: Path | None) -> Cluster:
+    """A cluster named by a string: a bundled cluster, or (CLI only, `base_dir` set) the user's own file."""
+    bundled = bundled_clusters()
+    if raw in bundled:
+        return load_cluster(bundled[raw])
+    if base_dir is None:
+        raise SpecError("cluster", f"{short_repr(raw)} is not a bundled cluster ({', '.join(bundled)}); a shared, "
+                        "pasted or uploaded scenario names a bundled cluster or carries its nodes inline, and no "
+                        "path is read", source)
+    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+    return load_cluster(path)
+
+
 _SECTIONS: dict[str, type[BaseModel]] = {"training": TrainingSpec, "plans": PlanGoal, "simulation": SimulationSpec,
                                          "whatif": WhatIfSpec, "split": SplitSpec, "model": ModelSpec}
 
@@ -289,28 +319,15 @@ def scenario_to_yaml(s: Scenario) -> str:
 
 
 def parse_scenario_yaml(text: str, source: str = "scenario", base_dir: Path | None = None) -> Scenario:
-    """A scenario from YAML text; too large, not YAML, or a bad field each raise a SpecError that says so."""
-    size = len(text.encode("utf-8", errors="replace"))
-    if size > MAX_SCENARIO_BYTES:
-        raise SpecError("(file)", f"{size:,} bytes is over the {MAX_SCENARIO_BYTES:,}-byte limit for a scenario; "
-                        "group identical nodes with `count:`", source)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError("(yaml)", f"not valid YAML{where}: {getattr(err, 'problem', err)}", source) from None
-    return scenario_from_data(data, source, base_dir)
+    """A scenario from YAML text (`limits.load_yaml`); too large, not YAML, or a bad field each raise a SpecError."""
+    return scenario_from_data(load_yaml(text, "(yaml)", source, limit=MAX_SCENARIO_BYTES), source, base_dir)
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read a scenario YAML file; a cluster given as a path is resolved next to the file."""
+    """Read the user's own scenario YAML file (a regular file, size-checked); a cluster path resolves next to it."""
     p = Path(path)
-    if p.is_file() and p.stat().st_size > MAX_SCENARIO_BYTES:
-        raise SpecError("(file)", f"{p.stat().st_size:,} bytes is over the {MAX_SCENARIO_BYTES:,}-byte limit for "
-                        "a scenario", p.name)
-    return parse_scenario_yaml(read_text_file(p, "scenario", "a scenario YAML file"), source=p.name,
-                               base_dir=p.parent)
+    return parse_scenario_yaml(read_user_file(p, "scenario", "a scenario YAML file", MAX_SCENARIO_BYTES),
+                               source=p.name, base_dir=p.parent)
 
 
 def encode_share(s: Scenario) -> str:
@@ -342,7 +359,7 @@ def decode_share(code: str) -> Scenario:
         raw = inflater.decompress(packed, MAX_SCENARIO_BYTES)
         if inflater.unconsumed_tail:
             raise SpecError(field, f"expands past {MAX_SCENARIO_BYTES:,} bytes")
-        data = json.loads(raw)
+        data = load_json(raw, field, limit=MAX_SCENARIO_BYTES)
     except (binascii.Error, zlib.error, ValueError, UnicodeDecodeError) as err:
         if isinstance(err, SpecError):
             raise

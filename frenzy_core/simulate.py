@@ -2,7 +2,7 @@
 
 One run is a pure function of (trace, cluster, policy name, seed, options): inputs and the `SimResult` are plain
 picklable values and nothing is global, so the runs of a what-if sweep can be shipped to workers. The event loop is a
-heap of (time, kind priority, sequence, kind, job, token) with the sequence counter owned by the run.
+heap of (time, kind, sequence, job, token) with the sequence counter owned by the run (the kind is its priority).
 
 Event kinds and their order at equal times (the tie-break rule): completions first (they free GPUs), then
 out-of-memory failures (free GPUs too), then arrivals, then policy rounds; within a kind, the order they were pushed.
@@ -32,6 +32,7 @@ import pandas as pd
 from frenzy_core import metrics
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import DEFAULT_SAFETY_MARGIN
 from frenzy_core.memory import model_state_bytes, predict_memory
 from frenzy_core.packing import ClusterIndex, check_placement
 from frenzy_core.policies import REGISTRY
@@ -126,7 +127,7 @@ class SimOptions:
 
     backfill_window: int = 64  # event-driven policies look at the first N queued jobs (bounded backfill)
     frenzy_objective: str = "gpu-hours"  # how MARP ranks a job's plans (plans.rank_plans objective; see docs)
-    safety_margin: float = 0.10  # share of GPU memory kept free by the planner (frenzy, sia)
+    safety_margin: float = DEFAULT_SAFETY_MARGIN  # share of GPU memory kept free by the planner (frenzy, sia)
     oom_startup_s: float = 120.0  # a job that does not fit crashes this long after it starts (load, first step)
     max_oom_retries: int = 4  # resubmissions after OOM before the job is given up (guarantees termination)
     # What a preemption costs (save a checkpoint, start up, load it), the same model for every policy.
@@ -154,6 +155,35 @@ class SimOptions:
     estimator: Any = None  # memory/speed/ranking model; None = DefaultEstimator (memory, perf, plans modules)
 
 
+JOB_COLUMNS = ("job_id", "model", "tokens", "trace_gpus", "trace_duration_s", "arrival_s", "start_s", "finish_s",
+               "jct_s", "queue_s", "gpu_type", "num_gpus", "dp", "tp", "pp", "gpu_hours", "oom_failures", "restarts",
+               "state")
+_OBJECT_COLUMNS = frozenset({"job_id", "model", "gpu_type", "state"})
+
+
+def job_columns(*, arrival_s, start_s, finish_s, **columns) -> dict[str, np.ndarray]:
+    """The per-job columns of a SimResult, built the same way by both engines (the event loop here and the round
+    engine in rounds.py): None times become NaN, JCT = finish - arrival and queue = first start - arrival are derived
+    here, never stored twice. Every name of JOB_COLUMNS but the derived ones must be given.
+
+    >>> c = job_columns(arrival_s=[0.0, 5.0], start_s=[1.0, None], finish_s=[4.0, None], **{k: [0, 0] for k in
+    ...     JOB_COLUMNS if k not in ("arrival_s", "start_s", "finish_s", "jct_s", "queue_s")})
+    >>> c["jct_s"].tolist(), c["queue_s"].tolist()
+    ([4.0, nan], [1.0, nan])
+    """
+    def times(values):
+        return np.array([math.nan if v is None else v for v in values], dtype=float)
+
+    arrival, start, finish = times(arrival_s), times(start_s), times(finish_s)
+    given = {**columns, "arrival_s": arrival, "start_s": start, "finish_s": finish, "jct_s": finish - arrival,
+             "queue_s": start - arrival}
+    missing = set(JOB_COLUMNS) - set(given)
+    if missing:
+        raise TypeError(f"job_columns: missing {sorted(missing)}")
+    return {k: np.array(given[k], dtype=object) if k in _OBJECT_COLUMNS else np.asarray(given[k])
+            for k in JOB_COLUMNS}
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Everything one run produced. Per-job columns are arrays in workload order."""
@@ -173,6 +203,7 @@ class SimResult:
     wall_s: float
     workload_fallbacks: int = 0
     workload_oversized: int = 0
+    workload_rejected_no_fit: int = 0  # trace jobs whose (named) model fits nowhere: rejected at mapping, not shrunk
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     # --- views --------------------------------------------------------------------------------------------------
@@ -209,7 +240,7 @@ class SimResult:
         out: dict[str, Any] = {"jobs": int(len(self.jobs["job_id"])), "completed": self.completed,
                                "gave_up": int((state == "gave_up").sum()), "rejected": int((state == "rejected").sum())}
         out.update(metrics.jct_stats(self.jobs["jct_s"]))
-        q = self.jobs["queue_s"]
+        q = self.jobs["queue_s"][state == "done"]  # queueing over completed jobs only, like JCT (metrics.py)
         q = q[np.isfinite(q)]
         out["avg_queue_s"] = float(q.mean()) if q.size else math.nan
         out["p99_queue_s"] = float(np.percentile(q, 99)) if q.size else math.nan
@@ -225,6 +256,7 @@ class SimResult:
         out["restarts"] = int(self.jobs["restarts"].sum())
         out["model_fallbacks"] = self.workload_fallbacks  # substitutions are counted, never silent
         out["oversized_jobs"] = self.workload_oversized
+        out["rejected_no_fit"] = self.workload_rejected_no_fit
         d = self.decision_wall_s
         out["decisions"] = int(d.size)
         out["sched_overhead_ms_per_decision"] = float(d.mean() * 1e3) if d.size else 0.0
@@ -535,7 +567,9 @@ class _Run:
             self.notes.append(f"job {st.job.job_id} gave up after {st.oom_failures} out-of-memory failures")
             self._job_done()
         else:
-            st.requested_gpus *= 2
+            # a resubmission asks for twice the GPUs, but never more than the largest GPU type has (docs/simulation.md):
+            # past that no placement exists and the request would only grow
+            st.requested_gpus = min(2 * st.requested_gpus, max(self.capacity))
             st.state = "queued"
             self.queue[j] = None
         return False, True
@@ -629,31 +663,16 @@ class _Run:
 
     def result(self, policy_name: str, seed: int, wall_s: float) -> SimResult:
         js = self.jobs
-        nan = math.nan
-        arrival = np.array([s.job.arrival_s for s in js])
-        finish = np.array([s.finish_s if s.finish_s is not None else nan for s in js])
-        first = np.array([s.first_start_s if s.first_start_s is not None else nan for s in js])
-        cols = {
-            "job_id": np.array([s.job.job_id for s in js], dtype=object),
-            "model": np.array([s.job.model for s in js], dtype=object),
-            "tokens": np.array([s.job.tokens for s in js]),
-            "trace_gpus": np.array([s.job.trace_gpus for s in js]),
-            "trace_duration_s": np.array([s.job.trace_duration_s for s in js]),
-            "arrival_s": arrival,
-            "start_s": first,
-            "finish_s": finish,
-            "jct_s": finish - arrival,
-            "queue_s": first - arrival,
-            "gpu_type": np.array([s.plan.gpu_type if s.plan else "" for s in js], dtype=object),
-            "num_gpus": np.array([s.plan.num_gpus if s.plan else 0 for s in js]),
-            "dp": np.array([s.plan.dp if s.plan else 0 for s in js]),
-            "tp": np.array([s.plan.tp if s.plan else 0 for s in js]),
-            "pp": np.array([s.plan.pp if s.plan else 0 for s in js]),
-            "gpu_hours": np.array([sum(s.gpu_seconds.values()) / 3600.0 for s in js]),
-            "oom_failures": np.array([s.oom_failures for s in js]),
-            "restarts": np.array([s.restarts for s in js]),
-            "state": np.array([s.state for s in js], dtype=object),
-        }
+        cols = job_columns(
+            job_id=[s.job.job_id for s in js], model=[s.job.model for s in js], tokens=[s.job.tokens for s in js],
+            trace_gpus=[s.job.trace_gpus for s in js], trace_duration_s=[s.job.trace_duration_s for s in js],
+            arrival_s=[s.job.arrival_s for s in js], start_s=[s.first_start_s for s in js],
+            finish_s=[s.finish_s for s in js],
+            gpu_type=[s.plan.gpu_type if s.plan else "" for s in js],
+            num_gpus=[s.plan.num_gpus if s.plan else 0 for s in js], dp=[s.plan.dp if s.plan else 0 for s in js],
+            tp=[s.plan.tp if s.plan else 0 for s in js], pp=[s.plan.pp if s.plan else 0 for s in js],
+            gpu_hours=[sum(s.gpu_seconds.values()) / 3600.0 for s in js], oom_failures=[s.oom_failures for s in js],
+            restarts=[s.restarts for s in js], state=[s.state for s in js])
         busy = np.array(self.util_busy, dtype=np.int64).reshape(len(self.util_t), len(self.capacity))
         return SimResult(
             policy=policy_name, seed=seed, cluster=self.ctx.cluster.name, total_gpus=int(sum(self.capacity)),
@@ -661,5 +680,6 @@ class _Run:
             decision_wall_s=np.array(self.decision_wall), policy_stats=dict(self.policy.stats()),
             oom_failures=self.oom_failures, oom_wasted_gpu_hours=self.oom_wasted_gpu_s / 3600.0, wall_s=wall_s,
             workload_fallbacks=self.ctx.workload.fallbacks, workload_oversized=self.ctx.workload.oversized,
+            workload_rejected_no_fit=len(self.ctx.workload.rejected_no_fit),
             notes=tuple(self.notes),
         )

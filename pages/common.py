@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from pathlib import Path
 
 import streamlit as st
 
-from frenzy_core.cluster import Cluster, load_cluster
+from frenzy_core.cluster import Cluster, bundled_clusters, load_cluster
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import GIB
+from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_SCENARIO_JOBS
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.training import Parallelism, TrainingSpec
 
@@ -63,7 +65,7 @@ for _name in WARM_MODULES:
 
 def sample_clusters() -> dict[str, Path]:
     """The bundled sample cluster files, name -> path."""
-    return {p.stem: p for p in sorted(SAMPLE_DIR.glob("*.yaml"))}
+    return bundled_clusters()
 
 
 def _default_cluster() -> tuple[Cluster, str, str | None]:
@@ -153,7 +155,7 @@ def fmt_params(n: int) -> str:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def ranked_plans(model_json: str, training_json: str, cluster_json: str, objective: str = "time",
-                 tokens: float = 1e10, method: str = "detailed", safety_margin: float = 0.10,
+                 tokens: float = DEFAULT_TOKENS, method: str = "detailed", safety_margin: float = DEFAULT_SAFETY_MARGIN,
                  scaling_floor: float = 0.0, max_gpus: int | None = None, deadline_s: float | None = None,
                  budget_usd: float | None = None):
     """frenzy_core.plans.rank_plans, cached on the JSON of the specs (pydantic values hash through their JSON)."""
@@ -194,10 +196,24 @@ def page_key(url_path: str) -> str | None:
     return None
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:&])")
+
+
+def md_escape(text) -> str:
+    """Text that Streamlit's markdown shows as typed: no links, images, HTML, colours, LaTeX or emphasis.
+
+    Every message that can carry user text (a file's name, a field's value quoted by an error) goes through it.
+
+    >>> print(md_escape("[x](http://e) $a$ :red[b]"))
+    \\[x\\]\\(http\\://e\\) \\$a\\$ \\:red\\[b\\]
+    """
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
 def show_error(err: Exception, what: str = "") -> None:
-    """One st.error line for bad input: the SpecError already names the field and the fix."""
+    """One st.error line for bad input: the SpecError already names the field and the fix (shown escaped)."""
     prefix = f"{what}: " if what else ""
-    st.error(f"{prefix}{err}", icon=":material/error:")
+    st.error(md_escape(f"{prefix}{err}"), icon=":material/error:")
 
 
 def fill_sidebar(container) -> None:
@@ -234,7 +250,7 @@ def trace_picker(prefix: str, default_limit: int = 200):
     bundled = bundled_traces()
     c1, c2 = st.columns([3, 1])
     kind = c1.radio("Trace", ["bundled sample", "upload or paste"], horizontal=True, key=f"{prefix}_kind")
-    limit = c2.number_input("first N jobs", min_value=1, max_value=100_000, value=default_limit, step=50,
+    limit = c2.number_input("first N jobs", min_value=1, max_value=MAX_SCENARIO_JOBS, value=default_limit, step=50,
                             key=f"{prefix}_limit", help="the N earliest-arriving jobs")
     label = ""
     try:
@@ -275,8 +291,8 @@ def trace_picker(prefix: str, default_limit: int = 200):
     if trace.skipped:
         shown = "; ".join(f"row {p.row}: {p.reason}" for p in trace.skipped[:5])
         more = f" (and {len(trace.skipped) - 5} more)" if len(trace.skipped) > 5 else ""
-        st.warning(f"Skipped {len(trace.skipped)} malformed row(s): {shown}{more}. Fix them in the file to keep "
-                   "those jobs.", icon=":material/warning:")
+        st.warning(md_escape(f"Skipped {len(trace.skipped)} malformed row(s): {shown}{more}. Fix them in the file "
+                             "to keep those jobs."), icon=":material/warning:")
     return trace
 
 
@@ -329,7 +345,7 @@ def scenario_from_state():
         wi = WhatIfSpec(budget_usd_per_hour=float(_widget("wi_budget", wi0.budget_usd_per_hour)),
                         policy=_widget("wi_policy", wi0.policy), seeds=int(_widget("wi_seeds", wi0.seeds)))
         p = par()
-        scenario = Scenario(name=ss.get("scenario_name") or "my scenario", user=ss.get("scenario_user", "custom"),
+        scenario = Scenario(name=ss.get("scenario_name") or "my-scenario", user=ss.get("scenario_user", "custom"),
                             description=ss.get("scenario_description", ""),
                             model=m.name if ZOO.get(m.name) == m else m, training=training(),
                             split=SplitSpec.of(p), cluster=cluster(), plans=goal,
@@ -409,10 +425,12 @@ def load_share_link() -> bool:
     seen.add(code)
     try:
         scenario = decode_share(code)
-    except SpecError as err:
-        ss.share_link_error = f"The link's scenario could not be loaded ({err}); showing the current settings."
+        apply_scenario(scenario, f"share link ({scenario.name})")
+    except Exception as err:  # noqa: BLE001 - a hostile link never replaces the page or the loaded state
+        reason = str(err) if isinstance(err, SpecError) else f"{type(err).__name__}: the link is not a scenario"
+        ss.share_link_error = md_escape(f"The link's scenario could not be loaded ({reason}); showing the current "
+                                        "settings.")
         return False
-    apply_scenario(scenario, f"share link ({scenario.name})")
     ss.share_link_error = None
     return True
 

@@ -24,14 +24,14 @@ def on_load_sample() -> None:
     try:
         _apply(load_scenario(path), f"scenario {path.name}")
     except SpecError as err:
-        ss.scenario_msg = ("error", str(err))
+        ss.scenario_msg = ("error", common.md_escape(err))
 
 
 def on_paste_scenario() -> None:
     try:
         _apply(parse_scenario_yaml(ss.get("scn_text", ""), source="pasted scenario"), "pasted scenario")
     except SpecError as err:
-        ss.scenario_msg = ("error", str(err))
+        ss.scenario_msg = ("error", common.md_escape(err))
 
 
 def on_upload_scenario() -> None:
@@ -41,7 +41,7 @@ def on_upload_scenario() -> None:
     try:
         _apply(parse_scenario_yaml(up.getvalue().decode("utf-8", errors="replace"), source=up.name), up.name)
     except SpecError as err:
-        ss.scenario_msg = ("error", str(err))
+        ss.scenario_msg = ("error", common.md_escape(err))
 
 st.title("Frenzy Planner")
 st.markdown(
@@ -107,7 +107,7 @@ with st.container(border=True):
         st.markdown("**Share link** (this page's address already ends with it)")
         st.code(f"?{common.SHARE_PARAM}={code}", language="text", wrap_lines=True)
     elif ss.get("share_error"):
-        st.warning(ss.share_error)
+        st.warning(common.md_escape(ss.share_error))
 
 st.subheader("Pages", anchor=False)
 blurbs = {

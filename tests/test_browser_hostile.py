@@ -43,7 +43,6 @@ def healthy(url: str) -> bool:
 def upload(page, key: str, name: str, text: str) -> None:
     page.locator(f".st-key-{key} input[type=file]").set_input_files(
         files=[{"name": name, "mimeType": "text/plain", "buffer": text.encode()}])
-    page.wait_for_timeout(300)
     wait_idle(page, 30_000)
 
 
@@ -82,3 +81,39 @@ def test_a_deeply_nested_config_json_is_refused(browser_page):
     assert any("nested" in a for a in alerts), alerts
     no_exception(page, "deep config.json")
     assert healthy(url)
+
+
+DEEP_SCENARIO = "cluster: " + "[" * 12_000 + "]" * 12_000  # 24 KB: the old loader took minutes of one core
+SESSIONS = 12
+
+
+def test_twelve_sessions_keep_answering_while_one_uploads_a_hostile_scenario(browser_page):
+    """12 browser sessions (separate contexts: separate Streamlit sessions) on one server; one uploads a deep YAML
+    scenario and an alias bomb. Each other session must still rerun and draw its page, and the uploader must get a
+    message naming the problem."""
+    page, url = browser_page
+    browser = page.context.browser
+    contexts = [browser.new_context(viewport={"width": 1280, "height": 900}) for _ in range(SESSIONS - 1)]
+    try:
+        others = [c.new_page() for c in contexts]
+        for other in others:
+            open_page(other, f"{url}/", "Frenzy Planner")
+        open_page(page, f"{url}/", "Frenzy Planner")
+        tab = page.locator('button[role="tab"]:has-text("Upload")')
+        if tab.count():
+            tab.first.click()
+            wait_idle(page)
+        for name, text, expected in (("deep.yaml", DEEP_SCENARIO, "nested"), ("bomb.yaml", ALIAS_BOMB, "aliases")):
+            page.locator(".st-key-scn_upload input[type=file]").set_input_files(
+                files=[{"name": name, "mimeType": "text/plain", "buffer": text.encode()}])
+            started = time.monotonic()
+            for other in others:  # while the upload is being handled, every other session reruns its page
+                open_page(other, f"{url}/plans", "Plans")
+            assert time.monotonic() - started < 120, "the other sessions stalled behind the hostile upload"
+            alerts = wait_alert(page, expected)
+            assert any(expected in a for a in alerts), f"{name}: no error naming {expected!r} in {alerts}"
+            no_exception(page, f"scenario upload {name}")
+            assert healthy(url)
+    finally:
+        for c in contexts:
+            c.close()

@@ -261,7 +261,8 @@ def test_substitutions_and_oversized_jobs_are_counted_in_the_summary(capsys, tmp
                               "c.yaml": "nodes:\n  - {gpu_type: A100-80GB, num_gpus: 8, count: 10}\n"})
     assert code == 0
     summary = json.loads(out)
-    assert summary["model_fallbacks"] == 1  # a 72B model does not train on one 80 GB GPU
+    assert summary["model_fallbacks"] == 0  # a model the trace names is never shrunk ...
+    assert summary["rejected_no_fit"] == 1  # ... a 72B model does not train on one 80 GB GPU: rejected, counted
     assert summary["oversized_jobs"] == 1  # 100,000 GPUs asked of an 80-GPU cluster
 
 

@@ -393,7 +393,7 @@ def test_load_model_spec_errors_name_the_file_and_field(tmp_path, text, suffix, 
 def test_load_model_spec_rejects_files_over_1_mib(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_text(GELU_GQA_YAML + "#" * (1 << 20))
-    with pytest.raises(SpecError, match="1 MiB"):
+    with pytest.raises(SpecError, match="1,048,576-byte limit"):
         load_model_spec(path)
     with pytest.raises(SpecError, match="not found"):
         load_model_spec(tmp_path / "missing.yaml")

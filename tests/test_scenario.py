@@ -70,7 +70,7 @@ def test_a_10000_node_cluster_stays_a_short_link():
 
 def test_an_edited_model_travels_in_full():
     s = parse_scenario_yaml(TINY)
-    edited = s.model_copy(update={"model": ZOO["gpt2"].model_copy(update={"num_layers": 6, "name": "gpt2 (edited)"})})
+    edited = s.model_copy(update={"model": ZOO["gpt2"].model_copy(update={"num_layers": 6, "name": "gpt2-edited"})})
     assert decode_share(encode_share(edited)).model_spec.num_layers == 6
 
 

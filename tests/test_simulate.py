@@ -8,6 +8,7 @@ performance models (which have their own tests). Regenerate after an intended ch
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from dataclasses import replace
 from pathlib import Path
@@ -688,14 +689,22 @@ def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_ow
     seen: list[tuple] = []
     true_memory = sim._Run._true_memory
 
+    runs: list[tuple] = []
+
     def spy(self, st, plan):
         got = true_memory(self, st, plan)
         seen.append((st.job, plan, got))
+        runs.append((self, st))
         return got
 
     monkeypatch.setattr(sim._Run, "_true_memory", spy)
     simulate(_busy_jobs(), golden_cluster, "frenzy", options=SimOptions(oom_truth=OomTruth(method="paper")))
-    assert any(plan.micro_batch != job.training.micro_batch for job, plan, _ in seen)  # the case that matters
+    # the case that matters: a plan whose micro-batch is not the job's (a speed tie now goes to the lighter plan, so
+    # the run may not produce one by itself: ask for one at twice the job's micro-batch)
+    run, st = runs[0]
+    job, plan, _ = seen[0]
+    other = dataclasses.replace(plan, micro_batch=2 * job.training.micro_batch)
+    seen.append((job, other, true_memory(run, st, other)))
     for job, plan, got in seen:
         tr = job.training.model_copy(update={"micro_batch": plan.micro_batch})
         want = predict_memory(job.spec, tr, plan.parallelism, method="paper")
@@ -757,3 +766,35 @@ def test_p99_queueing_interpolates_between_the_two_waits():
     m = simulate([TraceJob("a", 0.0, 8, 1000.0), TraceJob("b", 10.0, 8, 500.0)], parse_cluster_yaml(ONE_NODE),
                  "fcfs").metrics()
     assert m["p99_queue_s"] == pytest.approx(980.1, abs=1e-6) and m["avg_queue_s"] == pytest.approx(495.0, abs=1e-6)
+
+
+def test_queueing_delay_is_over_completed_jobs_only():
+    from frenzy_core.simulate import JOB_COLUMNS, SimResult, job_columns
+
+    given = {k: ["a", "b"] if k in ("job_id", "model", "gpu_type") else [0, 0] for k in JOB_COLUMNS
+             if k not in ("arrival_s", "start_s", "finish_s", "jct_s", "queue_s", "state")}
+    cols = job_columns(arrival_s=[0.0, 0.0], start_s=[10.0, 1000.0], finish_s=[20.0, None],
+                       state=["done", "gave_up"], **given)
+    r = SimResult(policy="fcfs", seed=0, cluster="c", total_gpus=1, jobs=cols, util_times_s=np.array([0.0]),
+                  util_busy=np.zeros((1, 1), dtype=np.int64), gpu_types=("T4",), decision_wall_s=np.array([]),
+                  policy_stats={}, oom_failures=0, oom_wasted_gpu_hours=0.0, wall_s=0.0)
+    assert r.metrics()["avg_queue_s"] == 10.0  # the given-up job's 1,000 s wait is not a completed job's
+
+
+def test_an_oom_resubmission_never_asks_for_more_gpus_than_the_largest_type_has():
+    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
+    big = ZOO["llama-2-70b"]  # 140 GB of bf16 weights alone: no split of 8 x 16 GB T4s holds it
+    job = LLMJob("x", 0.0, "llama-2-70b", default_training(big, 1), 1e7, trace_gpus=1, trace_duration_s=100.0,
+                 original_gpu_type="A100-80GB")
+    w = Workload(jobs=(job,), source="test", seed=0, reference_gpu="T4")
+    from frenzy_core.packing import ClusterIndex
+    from frenzy_core.policies.base import PolicyContext
+    from frenzy_core.simulate import _Run
+
+    opts = SimOptions(estimator=AnalyticEstimator(), max_oom_retries=8)
+    ctx = PolicyContext(cluster=t4, index=ClusterIndex.from_cluster(t4), workload=w,
+                        table=PlanTable(opts.estimator, t4), estimator=opts.estimator, options=opts)
+    run = _Run(ctx, REGISTRY["fcfs"](ctx), None)
+    run.loop()
+    assert run.jobs[0].oom_failures == 9  # every try crashes: 1 -> 2 -> 4 -> 8 GPUs, then retries at 8
+    assert run.jobs[0].requested_gpus <= 8  # doubled 1 -> 2 -> 4 -> 8, then held at the 8 T4s there are
