@@ -8,9 +8,13 @@ duration. The mapping (docs/simulation.md):
 - model by the trace's GPU count, drawn per job by seed from a bucket (`MODEL_BUCKETS`): 1 GPU -> gpt2 or
   gpt2-medium; 2-4 -> gpt2-large or gpt2-xl; 5-16 -> llama-2-7b or mistral-7b; 17-63 -> llama-2-13b or
   llama-3.1-8b; 64+ -> llama-2-70b or llama-2-13b;
-- the drawn model must fit the original allocation in memory on the original type (its best split of that GPU
-  count, no safety margin), and also min(count, GPUs of that type in the cluster); if it does not, the next smaller model in `FALLBACK_ORDER` is taken, so every job is
-  runnable as the user ran it and a baseline only runs out of memory when it puts the job on a smaller GPU;
+- the model must fit the original allocation in memory on the original type (its best split of that GPU count, no
+  safety margin), and also min(count, GPUs of that type in the cluster), so every job is runnable as the user ran it
+  and a baseline only runs out of memory when it puts the job on a smaller GPU. Where a *drawn* model does not fit,
+  the next smaller model in `FALLBACK_ORDER` that does is taken and listed in `Workload.substitutions` (counted in
+  `Workload.fallbacks`, the simulator's `model_fallbacks`); the drawn model is the mapping's guess, not the user's.
+  A model the trace *names* is never replaced: a job whose named model does not fit, or where no zoo model fits at
+  all, is left out and listed in `Workload.rejected_no_fit` with its reason. A trace where no job fits is an error;
 - one training setup per model (`default_training`): bf16 with fp32 master weights, AdamW, flash attention,
   sequence length min(2048, the model's context), micro-batch 1, global batch lcm(384, GPU count) (384 is divisible
   by every power-of-two d up to 128 and by 3; the lcm makes any count, e.g. Sia's 10 or 14 replicas, splittable);
@@ -24,6 +28,7 @@ second. The seed only changes the model drawn inside a bucket.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -36,13 +41,14 @@ from frenzy_core.gpus import GPUType
 from frenzy_core.limits import divisors, short_repr
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.plans import (
+    SPEED_RTOL,
     VP_TOLERANCE,
     Plan,
     context_parallel_sizes,
     ep_allowed,
     expert_parallel_sizes,
     interleaving_allowed,
-    virtual_pipeline_sizes,
+    pipeline_layouts,
 )
 from frenzy_core.training import Parallelism, TrainingSpec
 
@@ -90,6 +96,31 @@ class LLMJob:
 
 
 @dataclass(frozen=True)
+class Substitution:
+    """A drawn model that did not fit its job's allocation, and the smaller model the mapping took instead."""
+
+    job_id: str
+    drawn: str  # drawn from the job's bucket (MODEL_BUCKETS): the mapping's guess, never the user's choice
+    used: str  # the largest smaller model of FALLBACK_ORDER that fits
+    reason: str  # e.g. "llama-2-7b does not fit 5 x T4; took gpt2-xl, the largest smaller model that fits"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A trace job left out of the workload because no model it may have fits its GPUs."""
+
+    job_id: str
+    source_row: int  # the job's row in its trace file (0 when it came from no file)
+    model: str | None  # the model the trace named; None when it named none and no zoo model fits
+    gpu_type: str  # the type it was mapped on (its trace type, or the cluster's reference type)
+    num_gpus: int  # the trace's GPU count
+    reason: str  # "<kind>: <detail>; <fix>", the kind being one of REJECTION_KINDS
+
+
+REJECTION_KINDS = ("model named by the trace does not fit", "no zoo model fits")
+
+
+@dataclass(frozen=True)
 class Workload:
     """A mapped trace: LLM jobs sorted by arrival, with how they were mapped."""
 
@@ -97,8 +128,21 @@ class Workload:
     source: str
     seed: int
     reference_gpu: str
-    fallbacks: int = 0  # jobs whose drawn (or named) model did not fit and took a smaller one
-    oversized: int = 0  # jobs asking for more GPUs of their type than the cluster has: baselines get them capped
+    # jobs whose *drawn* model did not fit and took a smaller one (= len(substitutions)); the simulator reports it
+    # as `model_fallbacks`. A model the trace names is never replaced: such a job is in rejected_no_fit instead.
+    fallbacks: int = 0
+    oversized: int = 0  # jobs in `jobs` asking for more GPUs of their type than the cluster has: baselines cap them
+    substitutions: tuple[Substitution, ...] = ()  # each drawn model replaced, and why
+    rejected_no_fit: tuple[Rejection, ...] = ()  # trace jobs left out: no model they may have fits; each with why
+
+    def rejected_reasons(self) -> dict[str, int]:
+        """How many jobs were rejected for each kind of reason (`REJECTION_KINDS`).
+
+        >>> Workload((), "t", 0, "T4", rejected_no_fit=(Rejection("a", 3, "llama-2-70b", "T4", 4,
+        ...          "model named by the trace does not fit: ..."),)).rejected_reasons()
+        {'model named by the trace does not fit': 1}
+        """
+        return dict(Counter(r.reason.split(":")[0] for r in self.rejected_no_fit))
 
 
 # --- estimating memory and speed ------------------------------------------------------------------------------------
@@ -210,27 +254,45 @@ def _divisors(n: int) -> tuple[int, ...]:
 
 
 def splits(model: ModelSpec, training: TrainingSpec, count: int, gpus_per_node: int) -> list[Parallelism]:
-    """Every valid d x t x p x cp = count: t divides the heads and fits a node, p divides the layers, d x b divides
-    B, cp is one of `plans.context_parallel_sizes`; for an MoE model each ep of `plans.expert_parallel_sizes` that
-    divides d x cp; each vp of `plans.virtual_pipeline_sizes` the interleaved schedule allows; as rank_plans
-    enumerates them."""
+    """Every valid d x t x p x cp = count: t divides the heads and fits a node, d x b divides B, cp is one of
+    `plans.context_parallel_sizes`; the pipeline layouts (p, vp, first, last) are `plans.pipeline_layouts`' (p
+    dividing the layers, or Megatron's uneven first/last stages); for an MoE model each ep of
+    `plans.expert_parallel_sizes` that divides d x cp; as rank_plans enumerates them. Within one (d, t, p, cp, ep)
+    the layouts come evenest first, vp ascending (the order the tie-break prefers)."""
     eps = [int(e) for e in expert_parallel_sizes(model, training)]
     cps = [int(c) for c in context_parallel_sizes(training, count)]
-    vps = [int(v) for v in virtual_pipeline_sizes(model, training)]
+    layouts = [tuple(int(x) for x in row[:4]) for row in pipeline_layouts(model, training, count)]
     out = []
     for cp in (c for c in cps if count % c == 0):
         for tp in _divisors(count // cp):
             if tp > gpus_per_node or model.num_heads % tp or model.kv_heads % tp:
                 continue
-            for pp in _divisors(count // cp // tp):
-                dp = count // cp // tp // pp
-                if model.num_layers % pp or training.global_batch % (training.micro_batch * dp):
+            rest = count // cp // tp
+            for pp, vp, first, last in layouts:
+                if rest % pp or training.global_batch % (training.micro_batch * (rest // pp)):
                     continue
+                dp = rest // pp
                 m = training.global_batch // (training.micro_batch * dp)
-                out += [Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep) for ep in eps
-                        if ep_allowed(model, training, dp, tp, cp, ep)
-                        for vp in vps if interleaving_allowed(model.num_layers, pp, vp, m)]
+                if first or last:  # uneven rows satisfy the layer rule already; interleaving still needs m % p
+                    allowed = vp == 1 or m % pp == 0
+                else:
+                    allowed = interleaving_allowed(model.num_layers, pp, vp, m)
+                if not allowed:
+                    continue
+                out += [Parallelism(dp=dp, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep, first_stage_layers=first,
+                                    last_stage_layers=last)
+                        for ep in eps if ep_allowed(model, training, dp, tp, cp, ep)]
     return out
+
+
+def _faster_or_lighter(p: Plan, best: Plan) -> bool:
+    """rank_plans' tie-break (plans.SPEED_RTOL): faster wins; within a relative SPEED_RTOL of each other the step
+    times tie and the plan with more memory headroom (the smaller memory) wins, then the smaller micro-batch."""
+    if p.step_time_s < best.step_time_s * (1.0 - SPEED_RTOL):
+        return True
+    if p.step_time_s > best.step_time_s * (1.0 + SPEED_RTOL):
+        return False
+    return (p.memory_bytes, p.micro_batch) < (best.memory_bytes, best.micro_batch)
 
 
 @dataclass
@@ -264,6 +326,7 @@ class PlanTable:
             t = 1e9 / tokens_per_s
             gh = par.num_gpus * t / 3600.0
             got = Plan(gpu_type=gpu_type, dp=par.dp, tp=par.tp, pp=par.pp, ep=par.ep, cp=par.cp, vp=par.vp,
+                       first_stage_layers=par.first_stage_layers, last_stage_layers=par.last_stage_layers,
                        num_gpus=par.num_gpus,
                        micro_batch=training.micro_batch,
                        grad_accum=training.global_batch // (training.micro_batch * par.dp), memory_bytes=mem,
@@ -302,9 +365,10 @@ class PlanTable:
                 break  # a larger micro-batch only needs more memory
             for group in fitting.values():
                 # as in rank_plans (plans.VP_TOLERANCE): the fewest interleaved chunks within it of the fastest
+                # and of those the evenest layout (splits lists them evenest first; min keeps the first of equals)
                 fastest = min(q.step_time_s for q in group)
                 p = min((q for q in group if q.step_time_s <= fastest * (1.0 + VP_TOLERANCE)), key=lambda q: q.vp)
-                if best is None or p.step_time_s < best.step_time_s:
+                if best is None or _faster_or_lighter(p, best):
                     best = p
         self._best[key] = best
         return best
@@ -348,7 +412,12 @@ def model_candidates(num_gpus: int) -> tuple[str, ...]:
 
 def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, reference: str | None = None,
               table: PlanTable | None = None) -> Workload:
-    """Map a `traces.Trace` (or any sequence of TraceJob) to LLM jobs; same inputs and seed, same workload."""
+    """Map a `traces.Trace` (or any sequence of TraceJob) to LLM jobs; same inputs and seed, same workload.
+
+    A job whose model cannot fit (a named one, or every zoo model for a drawn one) is left out and listed in
+    `Workload.rejected_no_fit`; a drawn model replaced by a smaller one is listed in `Workload.substitutions`.
+    Raises SpecError when the trace names a model outside the zoo, or when no job at all fits the cluster.
+    """
     est = estimator if estimator is not None else DefaultEstimator()
     table = table if table is not None else PlanTable(est, cluster)
     jobs_in: Sequence = trace.jobs if hasattr(trace, "jobs") else tuple(trace)
@@ -357,46 +426,66 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
     rng = np.random.default_rng(seed)
     draws = rng.random(len(jobs_in))
     fit_cache: dict[tuple[str, str, int], Plan | None] = {}
+
+    def fit(m: str, gpu_type: str, n: int, count: int) -> Plan | None:
+        """Best plan of model `m` on `n` GPUs of the type (`count` = the trace's, which sets the batch)."""
+        key = (m, gpu_type, n) if n == count else (m, gpu_type, n, count)
+        if key not in fit_cache:
+            model = ZOO[m]
+            fit_cache[key] = table.best(model, default_training(model, count), gpu_type, n, placeable=n != count)
+        return fit_cache[key]
+
     out: list[LLMJob] = []
-    fallbacks = oversized = 0
+    substitutions: list[Substitution] = []
+    rejected: list[Rejection] = []
+    oversized = 0
     for tj, u in zip(jobs_in, draws, strict=True):
         gpu_type = tj.gpu_type if tj.gpu_type in capacity else ref
         count = int(tj.num_gpus)
-        oversized += count > capacity[gpu_type]
-        name = getattr(tj, "model", None)
-        if name is not None and name not in ZOO:  # a named model is never silently replaced by a drawn one
-            raise SpecError("model", f"job {short_repr(tj.job_id)} (row {tj.source_row}) names {short_repr(name)}, "
-                            f"which is not in the model zoo; use one of {', '.join(ZOO)} or leave it empty")
-        if name is None:
-            cands = model_candidates(count)
-            name = cands[min(int(u * len(cands)), len(cands) - 1)]
-        order = (name,) + tuple(m for m in FALLBACK_ORDER[FALLBACK_ORDER.index(name) + 1:]) \
-            if name in FALLBACK_ORDER else (name,) + FALLBACK_ORDER
-        plan = None
         runnable = min(count, capacity[gpu_type])  # what a baseline can give it here (requests are capped)
+        named = getattr(tj, "model", None)
+        if named is not None and named not in ZOO:  # a named model is never silently replaced by a drawn one
+            raise SpecError("model", f"job {short_repr(tj.job_id)} (row {tj.source_row}) names {short_repr(named)}, "
+                            f"which is not in the model zoo; use one of {', '.join(ZOO)} or leave it empty")
+        if named is not None:
+            first, order = named, (named,)  # the user's model: it fits as named or the job is rejected
+        else:
+            cands = model_candidates(count)
+            first = cands[min(int(u * len(cands)), len(cands) - 1)]
+            order = (first,) + (FALLBACK_ORDER[FALLBACK_ORDER.index(first) + 1:] if first in FALLBACK_ORDER
+                                 else FALLBACK_ORDER)
+        name = plan = None
         for m in order:
-            for n in {count, runnable}:
-                key = (m, gpu_type, n)
-                if key not in fit_cache:
-                    model = ZOO[m]
-                    fit_cache[key] = table.best(model, default_training(model, count), gpu_type, n,
-                                                placeable=n != count)
-            plan = fit_cache[(m, gpu_type, count)]
-            if plan is not None and fit_cache[(m, gpu_type, runnable)] is not None:
-                fallbacks += m != name
-                name = m
+            p = fit(m, gpu_type, count, count)
+            if p is not None and fit(m, gpu_type, runnable, count) is not None:
+                name, plan = m, p
                 break
-        if plan is None:  # even gpt2 does not fit (cannot happen with the zoo; kept for custom tables)
-            raise SpecError("cluster", f"job {short_repr(tj.job_id)}: not even the smallest model fits {count} x {gpu_type}; "
-                            "add GPUs with more memory")
+        where = (f"{count} x {gpu_type} (the trace's allocation)" if fit(first, gpu_type, count, count) is None
+                 else f"{runnable} x {gpu_type} (all this cluster has of the {count} GPUs the trace asked for)")
+        if name is None:
+            kind, fix = (REJECTION_KINDS[0], "name a smaller model, or give the cluster larger GPUs") if named \
+                else (REJECTION_KINDS[1], "add GPUs with more memory")
+            what = f"{short_repr(named)} needs more memory than" if named else \
+                f"not even {FALLBACK_ORDER[-1]} (drawn: {first}) fits the memory of"
+            rejected.append(Rejection(str(tj.job_id), int(getattr(tj, "source_row", 0) or 0), named, gpu_type, count,
+                                      f"{kind}: {what} {where}; {fix}"))
+            continue
+        if name != first:
+            substitutions.append(Substitution(str(tj.job_id), first, name, f"{first} does not fit {where}; took "
+                                              f"{name}, the largest smaller model that fits"))
+        oversized += count > capacity[gpu_type]
         model = ZOO[name]
         tokens = getattr(tj, "tokens", None) or max(tj.duration_s, 1.0) * plan.tokens_per_s
         out.append(LLMJob(job_id=str(tj.job_id), arrival_s=float(tj.arrival_s), model=name,
                           training=default_training(model, count), tokens=float(tokens), trace_gpus=count,
                           trace_duration_s=float(tj.duration_s), original_gpu_type=gpu_type))
+    if rejected and not out:
+        shown = "; ".join(f"job {short_repr(r.job_id)} (row {r.source_row}): {r.reason}" for r in rejected[:3])
+        raise SpecError("cluster", f"no job of the trace fits this cluster ({len(rejected)} rejected: {shown})")
     out.sort(key=lambda j: j.arrival_s)
     return Workload(jobs=tuple(out), source=getattr(trace, "source", "jobs"), seed=seed, reference_gpu=ref,
-                    fallbacks=fallbacks, oversized=oversized)
+                    fallbacks=len(substitutions), oversized=oversized, substitutions=tuple(substitutions),
+                    rejected_no_fit=tuple(rejected))
 
 
 def job_classes(jobs: Iterable[LLMJob]) -> dict[tuple[str, TrainingSpec], int]:

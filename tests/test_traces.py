@@ -54,7 +54,7 @@ def assert_ordered(trace: Trace) -> None:
 
 @needs_shared
 def test_full_philly_loads_every_row():
-    # load time is a benchmark figure (bench/sim_throughput.py), not a test assertion
+    # load time is a benchmark figure (bench/trace_load.py), not a test assertion
     path = SHARED / "sia-sosp23" / "traces" / "philly.csv"
     trace = load_philly(path)
     assert csv_data_rows(path) == 82_247
@@ -267,7 +267,7 @@ def test_wrong_header_message_lists_missing_columns():
 def test_unknown_format_and_missing_file_raise_spec_error():
     with pytest.raises(SpecError, match="unknown trace format"):
         load_trace(DATA / "empty.csv", "slurm")
-    with pytest.raises(SpecError, match="no such trace file"):
+    with pytest.raises(SpecError, match="file not found"):
         load_philly(DATA / "does-not-exist.csv")
 
 
@@ -304,3 +304,176 @@ def test_synthetic_trace_rejects_bad_parameters():
 def test_head_keeps_the_first_jobs_by_arrival():
     trace = synthetic_trace(50, 0.5, 16, seed=2)
     assert trace.head(5).jobs == trace.jobs[:5] and trace.head(5).source == trace.source
+
+
+# ---- issue 20: bad rows are counted skips, never a traceback; nothing loaded is lost ---------------------------------
+
+PHILLY_HEAD = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+ALIBABA_OK = "j0,worker,1,Terminated,1590000000,1590003600,600,29.3,100,T4\n"
+
+
+@pytest.mark.parametrize(("inst", "plan"), [
+    ("1", "1e30"),  # 1e30 % of a GPU
+    ("1" + "0" * 40, "100"),  # 10**40 instances, as text
+    ("1000000000000000", "1000000000000000"),  # each under MAX_TRACE_NUMBER, the product 1e28 GPUs
+    ("2097152", "100"),  # 2**21 GPUs: every number plausible, the job over the limit
+])
+def test_alibaba2020_task_over_max_job_gpus_is_a_counted_skip(inst, plan):
+    from frenzy_core.limits import MAX_JOB_GPUS
+
+    trace = load_alibaba2020(f"j1,worker,{inst},Terminated,1590000000,1590003600,600,29.3,{plan},V100M32\n"
+                             + ALIBABA_OK)
+    assert [j.job_id for j in trace.jobs] == ["j0"]
+    assert [p.row for p in trace.skipped] == [1]
+    assert f"{MAX_JOB_GPUS:,}" in trace.skipped[0].reason and "MAX_JOB_GPUS" in trace.skipped[0].reason
+    assert len(trace.skipped[0].reason) < 200  # the user's value is cut, never printed whole
+
+
+def test_alibaba2020_job_whose_tasks_add_up_over_max_job_gpus_is_skipped_at_its_first_row():
+    half = 2**19 + 1  # two tasks of 524,289 GPUs: each fine, the job 1,048,578 > MAX_JOB_GPUS
+    rows = "".join(f"big,w{k},{half},Terminated,1590000000,1590003600,600,29.3,100,T4\n" for k in range(2))
+    trace = load_alibaba2020(ALIBABA_OK + rows)
+    assert [j.job_id for j in trace.jobs] == ["j0"]
+    assert [p.row for p in trace.skipped] == [2] and "MAX_JOB_GPUS" in trace.skipped[0].reason
+    assert trace.skip_reasons() == {trace.skipped[0].reason.split(" (got ")[0]: 1}
+
+
+@pytest.mark.parametrize("stamp", ["9999-10-01 00:00:00", "9999-12-31 23:59:59+00:00", "0001-01-01 00:00:00",
+                                   "1969-12-31 23:59:59", "2101-01-01 00:00:00", "not-a-date",
+                                   "2017-13-45 99:00:00", "2017-10-01 00:00:00+99:00"])
+def test_philly_timestamp_out_of_range_or_garbage_is_a_counted_skip(stamp):
+    trace = load_philly(PHILLY_HEAD + f"{stamp},60,1,60,vc\n2017-10-01 00:00:00,60,1,60,vc\n")
+    assert trace.kept == 1 and [p.row for p in trace.skipped] == [1]
+    assert trace.skipped[0].reason.startswith("timestamp: ")
+    assert sum(trace.skip_reasons().values()) == 1
+
+
+def test_philly_timestamps_outside_the_trace_years_name_the_range():
+    from frenzy_core.limits import TRACE_TIMESTAMP_RANGE
+
+    trace = load_philly(PHILLY_HEAD + "9999-10-01 00:00:00,60,1,60,vc\n1969-01-01 00:00:00,60,1,60,vc\n"
+                        "2017-10-01 00:00:00,60,1,60,vc\n")
+    lo, hi = TRACE_TIMESTAMP_RANGE
+    assert [p.reason.split(" (got ")[0] for p in trace.skipped] == [f"timestamp: outside {lo} to {hi}"] * 2
+
+
+def test_an_unterminated_quote_is_reported_and_the_next_row_kept():
+    trace = load_philly(PHILLY_HEAD + "2017-10-01 00:00:00,60,1,60,vc\n"
+                        '2017-10-01 00:00:01,"60,1,60,vc\n'
+                        "2017-10-01 00:00:02,60,2,120,vc\n"
+                        '"2017-10-01 00:00:03",60,4,240,"vc"\n')  # quoted fields that close are fine
+    assert [p.row for p in trace.skipped] == [2] and "quote" in trace.skipped[0].reason
+    assert [(j.source_row, j.num_gpus) for j in trace.jobs] == [(1, 1), (3, 2), (4, 4)]
+
+
+def test_an_unterminated_quote_in_a_native_row_does_not_swallow_the_next_id():
+    trace = load_native('job_id,arrival_s,num_gpus,duration_s\n"a,0,1,60\nb,1,1,60\n')
+    assert [j.job_id for j in trace.jobs] == ["b"] and trace.skipped[0].row == 1
+
+
+def test_a_row_that_is_not_utf8_is_skipped_and_the_rest_kept():
+    import io
+
+    raw = (PHILLY_HEAD + "2017-10-01 00:00:00,60,1,60,vc\n").encode() + b"2017-10-01 00:00:01,60,1,60,v\xff\n" + \
+        b"2017-10-01 00:00:02,60,2,120,vc\n"
+    trace = load_philly(io.BytesIO(raw))
+    assert [p.row for p in trace.skipped] == [2] and "UTF-8" in trace.skipped[0].reason
+    assert [j.source_row for j in trace.jobs] == [1, 3]
+
+
+@pytest.mark.parametrize("name", ["philly_malformed.csv", "native_malformed.csv", "alibaba2020_task_table.csv",
+                                  "helios_cluster_log.csv", "gavel_malformed.trace"])
+def test_rows_are_read_the_same_whatever_the_block_size_and_source(name, monkeypatch):
+    """The loader streams the file in blocks of lines: block edges must not move row numbers or lose rows."""
+    import io
+
+    import frenzy_core.traces as traces
+
+    fmt = {"philly_malformed.csv": "philly", "native_malformed.csv": "native", "helios_cluster_log.csv": "helios",
+           "alibaba2020_task_table.csv": "alibaba2020", "gavel_malformed.trace": "gavel"}[name]
+    opts = {"throughputs": {"ResNet-50 (batch size 64)": {1: 4.0}, "LM (batch size 20)": {1: 10.0}, "A3C": {1: 5.0}}
+            } if fmt == "gavel" else {}
+    path = DATA / name
+    whole = load_trace(path, fmt, **opts)
+    text = path.read_text()
+    for block in (1, 7, 64):
+        monkeypatch.setattr(traces, "_BLOCK_CHARS", block)
+        for source in (path, text, io.StringIO(text), io.BytesIO(text.encode()),
+                       io.BytesIO(text.replace("\n", "\r\n").encode()), text.replace("\n", "\r")):
+            got = load_trace(source, fmt, **opts)
+            assert (got.jobs, got.skipped) == (whole.jobs, whole.skipped), (block, type(source))
+
+
+def test_a_loaded_trace_holds_its_jobs_as_columns_that_read_as_trace_jobs():
+    import pickle
+
+    from frenzy_core.traces import TraceJob, TraceJobs
+
+    trace = load_philly(bundled_traces()["philly-2000"][0])
+    jobs = trace.jobs
+    assert isinstance(jobs, TraceJobs) and len(jobs) == 2000
+    as_tuple = tuple(jobs)
+    assert all(type(j) is TraceJob for j in as_tuple) and jobs == as_tuple and as_tuple == jobs
+    assert jobs[0] == as_tuple[0] and jobs[-1] == as_tuple[-1] and jobs[10:20] == as_tuple[10:20]
+    assert repr(jobs) == repr(as_tuple) and hash(jobs) == hash(as_tuple)
+    assert pickle.loads(pickle.dumps(trace)) == trace
+    assert isinstance(jobs[0].num_gpus, int) and isinstance(jobs[0].arrival_s, float)
+    assert trace.head(5) == Trace(as_tuple[:5], trace.source, trace.format, trace.skipped)
+    with pytest.raises(IndexError):
+        jobs[2000]
+
+
+def test_more_rows_than_the_limit_is_an_error_before_the_rest_is_read(monkeypatch):
+    import frenzy_core.traces as traces
+
+    monkeypatch.setattr(traces, "MAX_TRACE_ROWS", 3)
+    text = PHILLY_HEAD + "".join(f"2017-10-01 00:00:0{k},60,1,60,vc\n" for k in range(4))
+    assert load_philly(PHILLY_HEAD + "2017-10-01 00:00:00,60,1,60,vc\n" * 3).kept == 3
+    with pytest.raises(SpecError, match="more than 3 rows"):
+        load_philly(text)
+
+
+def test_an_open_file_over_the_size_limit_is_refused(monkeypatch):
+    import io
+
+    import frenzy_core.traces as traces
+
+    monkeypatch.setattr(traces, "MAX_TRACE_FILE_BYTES", 100)
+    monkeypatch.setattr(traces, "_BLOCK_CHARS", 16)
+    with pytest.raises(SpecError, match="100-byte limit"):
+        load_philly(io.BytesIO((PHILLY_HEAD + "2017-10-01 00:00:00,60,1,60,vc\n" * 5).encode()))
+
+
+def test_a_binary_file_is_refused_as_not_text(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"PK\x03\x04\x00\xff\xfe" * 100)
+    with pytest.raises(SpecError, match="UTF-8"):
+        load_philly(path)
+
+
+def test_a_directory_or_an_unreadable_path_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError, match="is a folder"):
+        load_philly(tmp_path)
+    with pytest.raises(SpecError):
+        load_philly("bad\x00name.csv")
+
+
+def test_skipped_rows_are_columns_that_read_as_row_problems():
+    import pickle
+    from collections import Counter
+
+    from frenzy_core.traces import RowProblems
+
+    trace = load_philly(DATA / "philly_malformed.csv")
+    skipped = trace.skipped
+    assert isinstance(skipped, RowProblems) and skipped == tuple(skipped) and tuple(skipped) == skipped
+    assert skipped[1:3] == tuple(skipped)[1:3] and skipped[-1].row == 9
+    assert trace.skip_reasons() == dict(Counter(p.reason.split(" (got ")[0] for p in tuple(skipped)))
+    assert list(trace.skip_reasons())[0] == "duration: not a number"  # first-seen order, as before
+    assert pickle.loads(pickle.dumps(trace)) == trace and repr(skipped) == repr(tuple(skipped))
+
+
+def test_file_ids_sort_as_python_sorts_them_on_equal_arrivals():
+    ids = ["é", "b", "a", "\U0001f600", "B", "a0"]
+    trace = load_native("job_id,arrival_s,num_gpus,duration_s\n" + "".join(f"{i},5,1,60\n" for i in ids))
+    assert [j.job_id for j in trace.jobs] == sorted(ids)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from frenzy_core.cluster import load_cluster
+from frenzy_core.cluster import load_cluster, parse_cluster_yaml
+from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.traces import TraceJob, bundled_traces, load_trace
 from frenzy_core.training import TrainingSpec
 from frenzy_core.workload import (
     AnalyticEstimator,
+    DefaultEstimator,
     PlanTable,
     default_training,
     map_trace,
@@ -52,13 +54,71 @@ def test_models_come_from_the_gpu_count_bucket_or_a_smaller_fallback(tiny_cluste
     assert {j.model for j in w.jobs if j.trace_gpus == 8} <= set(model_candidates(8))
 
 
-def test_a_model_that_does_not_fit_falls_back_to_a_smaller_one():
+T4_CLUSTER = "nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]"
+
+
+def test_a_named_model_that_does_not_fit_is_rejected_not_shrunk():
     from frenzy_core.cluster import parse_cluster_yaml
 
-    t4 = parse_cluster_yaml("nodes: [{name: t, gpu_type: T4, num_gpus: 4, count: 2}]")
-    w = map_trace([TraceJob("big", 0.0, 4, 100.0, model="llama-2-7b")], t4, seed=0, estimator=AnalyticEstimator())
-    # 7B needs 18 bytes/parameter = 121 GB of states, more than 4 x 16 GB: the job gets a GPT-2 model instead
-    assert w.jobs[0].model.startswith("gpt2") and w.fallbacks == 1
+    t4 = parse_cluster_yaml(T4_CLUSTER)
+    jobs = [TraceJob("big", 0.0, 4, 100.0, model="llama-2-7b", source_row=7), TraceJob("small", 5.0, 1, 60.0)]
+    w = map_trace(jobs, t4, seed=0, estimator=AnalyticEstimator())
+    # 7B needs 18 bytes/parameter = 121 GB of states, more than 4 x 16 GB: the job is refused, never made a GPT-2
+    assert [j.job_id for j in w.jobs] == ["small"]
+    assert w.fallbacks == 0 and w.substitutions == ()
+    (r,) = w.rejected_no_fit
+    assert (r.job_id, r.source_row, r.model, r.gpu_type, r.num_gpus) == ("big", 7, "llama-2-7b", "T4", 4)
+    assert "llama-2-7b" in r.reason and "4 x T4" in r.reason
+    assert w.rejected_reasons() == {"model named by the trace does not fit": 1}
+
+
+def test_a_drawn_model_that_does_not_fit_takes_a_smaller_one_and_says_so():
+    from frenzy_core.cluster import parse_cluster_yaml
+    from frenzy_core.workload import FALLBACK_ORDER
+
+    t4 = parse_cluster_yaml(T4_CLUSTER)
+    w = map_trace([TraceJob("five", 0.0, 5, 100.0)], t4, seed=0, estimator=AnalyticEstimator())
+    # a 5-GPU job draws a 7B model (bucket 5-16), which does not fit 5 x 16 GB: the mapping takes the next that does
+    (sub,) = w.substitutions
+    assert w.fallbacks == 1 and w.rejected_no_fit == ()
+    assert sub.job_id == "five" and sub.drawn in model_candidates(5) and sub.used == w.jobs[0].model
+    assert FALLBACK_ORDER.index(sub.used) > FALLBACK_ORDER.index(sub.drawn)  # smaller
+    assert sub.drawn in sub.reason and "5 x T4" in sub.reason
+
+
+def test_a_drawn_job_where_no_model_fits_is_rejected_and_the_others_kept():
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    class Tight(AnalyticEstimator):  # every model needs more than a T4 has, except on 1 GPU
+        def memory_bytes(self, model, training, par):
+            return 1 if par.num_gpus == 1 else 10**15
+
+    t4 = parse_cluster_yaml(T4_CLUSTER)
+    w = map_trace([TraceJob("one", 0.0, 1, 60.0), TraceJob("two", 1.0, 2, 60.0)], t4, seed=0, estimator=Tight())
+    assert [j.job_id for j in w.jobs] == ["one"]
+    assert [r.job_id for r in w.rejected_no_fit] == ["two"] and w.rejected_no_fit[0].model is None
+    assert w.rejected_reasons() == {"no zoo model fits": 1}
+
+
+def test_a_trace_where_no_job_fits_is_a_clear_error_naming_the_first_rejections():
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    t4 = parse_cluster_yaml(T4_CLUSTER)
+    with pytest.raises(SpecError, match="no job of the trace fits") as err:
+        map_trace([TraceJob("big", 0.0, 4, 100.0, model="llama-2-70b")], t4, seed=0, estimator=AnalyticEstimator())
+    assert "big" in str(err.value) and "llama-2-70b" in str(err.value)
+
+
+def test_a_named_model_fits_its_trace_allocation_but_not_this_cluster_is_rejected():
+    """The trace's 8 GPUs fit the model, but a baseline here gets at most the cluster's 2 GPUs of the type."""
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    small = parse_cluster_yaml("nodes: [{name: t, gpu_type: A100-80GB, num_gpus: 2}]")
+    # 13B: 18 bytes/parameter = 234 GB of states, 29 GB per GPU on 8, 117 GB on 2 (more than 80 GB)
+    jobs = [TraceJob("wide", 0.0, 8, 100.0, model="llama-2-13b"), TraceJob("ok", 1.0, 1, 60.0, model="gpt2")]
+    w = map_trace(jobs, small, seed=0, estimator=AnalyticEstimator())
+    assert [j.job_id for j in w.jobs] == ["ok"] and w.oversized == 0  # only jobs in the workload are counted
+    assert "2 x A100-80GB" in w.rejected_no_fit[0].reason and "8" in w.rejected_no_fit[0].reason
 
 
 def test_trace_model_and_tokens_are_kept(tiny_cluster):
@@ -163,3 +223,17 @@ def test_splits_of_a_long_sequence_carry_cp_within_the_count():
     assert {p.cp for p in got} == {1, 2, 4} and all(p.num_gpus == 8 for p in got)
     assert (2, 1, 1, 4) in {(p.dp, p.tp, p.pp, p.cp) for p in got}
     assert (8, 1, 1, 1) in {(p.dp, p.tp, p.pp, p.cp) for p in got}
+
+
+def test_plan_table_and_rank_plans_break_a_speed_tie_the_same_way_by_memory():
+    """gpt2-xl on one A100-80GB: micro-batches 1 to 12 take the same step time; both pick the lightest plan
+    (issue 19: rank_plans took micro-batch 12 at 64.9 GiB where PlanTable took 1 at 34.1 GiB)."""
+    from frenzy_core.plans import rank_plans
+
+    cluster = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 1}]")
+    model = ZOO["gpt2-xl"]
+    training = default_training(model, 1)
+    table = PlanTable(DefaultEstimator(), cluster)
+    mine = table.best(model, training, "A100-80GB", 1, tune_micro_batch=True)
+    ranked = rank_plans(model, training, cluster, objective="time", scaling_floor=0.0).top(1)[0]
+    assert (mine.micro_batch, mine.memory_bytes) == (ranked.micro_batch, ranked.memory_bytes)
