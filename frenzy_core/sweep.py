@@ -15,16 +15,23 @@ Backends (`run_sweep`):
   ``ray.put`` and every task gets its reference. No Ray Tune: its per-trial overhead dwarfs sub-second runs.
 
 Stopping: an exception out of the `progress` callback (a Streamlit rerun on Cancel) or KeyboardInterrupt (Ctrl-C)
-cancels the runs not started, stops the running ones (pool workers are terminated, Ray tasks force-cancelled) and
-propagates; nothing is left running.
+cancels the runs not started, stops the running ones (pool workers are terminated, Ray tasks force-cancelled, a
+Ray cluster this call started is shut down) and propagates; nothing is left running.
+
+Bounds (`limits`): at most MAX_CANDIDATES candidates, MAX_SEEDS seeds and MAX_SWEEP_RUNS runs in a grid, MAX_WORKERS
+workers; a Ray `address` must resolve and answer as a gRPC server within RAY_CONNECT_TIMEOUT_S, before `ray.init`
+(which retries a dead address for many minutes) is called.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
 import signal
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -34,6 +41,7 @@ from typing import Any
 from frenzy_core import metrics
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import MAX_CANDIDATES, MAX_SEEDS, MAX_SWEEP_RUNS, MAX_WORKERS, RAY_CONNECT_TIMEOUT_S, short_repr
 from frenzy_core.policies import REGISTRY
 from frenzy_core.simulate import SimOptions, simulate_seeds
 
@@ -82,6 +90,19 @@ class Grid:
                           ("workloads", self.workloads)):
             if not seq:
                 raise SpecError(name, f"the sweep needs at least one of {name}")
+        if len(self.candidates) > MAX_CANDIDATES:
+            raise SpecError("candidates", f"{len(self.candidates):,} candidates is over the limit of "
+                            f"{MAX_CANDIDATES:,}; compare fewer (--add) or split them over several sweeps")
+        if len(self.seeds) > MAX_SEEDS:
+            raise SpecError("seeds", f"{len(self.seeds):,} seeds is over the limit of {MAX_SEEDS:,}; use fewer "
+                            "(--seeds; 10 already give tight 95% intervals)")
+        runs = len(self.workloads) * len(self.candidates) * len(self.policies) * len(self.seeds)
+        if runs > MAX_SWEEP_RUNS:
+            shape = f"{len(self.candidates):,} candidates x {len(self.policies):,} policies x {len(self.seeds):,} seeds"
+            if len(self.workloads) > 1:
+                shape += f" x {len(self.workloads):,} workloads"
+            raise SpecError("runs", f"the sweep is {runs:,} runs ({shape}), over the limit of {MAX_SWEEP_RUNS:,}; use "
+                            "fewer seeds (--seeds), policies (--policies) or candidates (--add)")
         for p in self.policies:
             if p not in REGISTRY:
                 raise SpecError("policies", f"unknown policy {p!r}; choose from: {', '.join(REGISTRY)}")
@@ -95,9 +116,10 @@ class Grid:
     @classmethod
     def make(cls, base: Cluster, candidates: Mapping[str, Cluster], policies: Iterable[str], seeds: Iterable[int],
              workloads: Mapping[str, Any], options: SimOptions | None = None) -> Grid:
-        return cls(base=base, candidates=tuple(candidates.items()), policies=tuple(policies),
-                   seeds=tuple(int(s) for s in seeds), workloads=tuple(workloads.items()),
-                   options=options or SimOptions())
+        # one seed past the limit is enough to refuse: a range(10**12) is never materialised
+        seeds = tuple(int(s) for s in itertools.islice(seeds, MAX_SEEDS + 1))
+        return cls(base=base, candidates=tuple(candidates.items()), policies=tuple(policies), seeds=seeds,
+                   workloads=tuple(workloads.items()), options=options or SimOptions())
 
     def runs(self) -> tuple[Run, ...]:
         """Every run, workload-major then candidate, policy, seed (the table's order).
@@ -191,7 +213,10 @@ def run_sweep(grid: Grid, backend: str = "local", workers: int | None = None, ad
     if backend not in BACKENDS:
         raise SpecError("backend", f"unknown backend {backend!r}; choose one of: {', '.join(BACKENDS)}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise SpecError("workers", f"must be a whole number >= 1, got {workers!r}")
+        raise SpecError("workers", f"must be a whole number >= 1, got {short_repr(workers)}")
+    if workers is not None and workers > MAX_WORKERS:
+        raise SpecError("workers", f"{workers:,} is over the limit of {MAX_WORKERS:,} worker processes; use at most "
+                        "the cores you have (--workers)")
     if address is not None and backend != "ray":
         raise SpecError("address", "only the ray backend connects to a cluster; add --backend ray")
     runs = grid.runs()
@@ -280,6 +305,119 @@ def ray_available() -> str | None:
     return None
 
 
+# The HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113 section 3.4): a gRPC server (Ray's GCS, its
+# client server) answers with a SETTINGS frame of its own, frame type 0x4 in the 4th byte of a 9-byte frame header.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_H2_FRAME_HEADER_BYTES = 9
+_H2_SETTINGS = 0x4
+_ADDRESS_FIX = ("give the HOST:PORT of a running Ray head (`ray start --head` prints it, port 6379 by default), "
+                "ray://HOST:10001, or auto")
+
+
+def _resolve(host: str, port: int, timeout_s: float) -> list:
+    """getaddrinfo with a deadline (it has no timeout of its own; a dead resolver can take 20 s or more). The lookup
+    thread is a daemon: left behind, it ends when the resolver gives up and holds nothing."""
+    box: dict[str, Any] = {}
+
+    def look_up() -> None:
+        try:
+            box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as err:
+            box["error"] = err
+
+    t = threading.Thread(target=look_up, daemon=True, name="frenzy-ray-address")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise SpecError("address", f"could not resolve {short_repr(host)} within {timeout_s:g} s; {_ADDRESS_FIX}")
+    if "error" in box:
+        raise SpecError("address", f"unknown host {short_repr(host)} ({box['error'].strerror or box['error']}); "
+                        f"{_ADDRESS_FIX}")
+    return box["infos"]
+
+
+def check_ray_address(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a Ray `address` (HOST:PORT or ray://HOST:PORT) that nothing answers on as a gRPC server: an unknown
+    host, a closed port, a silent host, or a server that is not gRPC (e.g. the dashboard's port 8265). It takes at
+    most `timeout_s` to resolve the host and `timeout_s` to hear the answer; ray.init(address=...) itself retries a
+    dead address 20 times, each try waiting ~40 s for the GCS. ``local`` (start one) is left alone; TLS clusters
+    (RAY_USE_TLS) are only checked for an open port.
+
+    >>> check_ray_address("head-node")
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: address: expected HOST:PORT, got 'head-node'; give the HOST:PORT of a running Ray head (`ray start --head` prints it, port 6379 by default), ray://HOST:10001, or auto
+    """
+    if address == "local":
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port_text = hostport.rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not sep or not host or not (port_text.isdigit() and len(port_text) <= 5 and 0 < int(port_text) < 65536):
+        raise SpecError("address", f"expected HOST:PORT, got {short_repr(address)}; {_ADDRESS_FIX}")
+    port = int(port_text)
+    infos = _resolve(host, port, timeout_s)
+    deadline = time.monotonic() + timeout_s  # for all of the host's addresses together
+    last = f"no answer within {timeout_s:g} s"
+    for family, kind, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+                sock.connect(sockaddr)
+                if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                    return
+                sock.sendall(_H2_PREFACE)
+                head = b""
+                while len(head) < _H2_FRAME_HEADER_BYTES:
+                    sock.settimeout(max(deadline - time.monotonic(), 1e-3))  # a server that drips bytes too
+                    chunk = sock.recv(_H2_FRAME_HEADER_BYTES - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+        except TimeoutError:
+            last = f"no answer within {timeout_s:g} s"
+            continue
+        except OSError as err:
+            last = err.strerror or type(err).__name__
+            continue
+        if len(head) == _H2_FRAME_HEADER_BYTES and head[3] == _H2_SETTINGS:
+            return
+        raise SpecError("address", f"{short_repr(hostport)} answers, but not as a Ray cluster (no gRPC); "
+                        f"{_ADDRESS_FIX}")
+    raise SpecError("address", f"cannot reach {short_repr(hostport)} ({last}); {_ADDRESS_FIX}")
+
+
+def _ray_init(ray, address: str | None, workers: int) -> None:
+    """Start a local Ray cluster of `workers` CPUs, or join the one at `address` (else RAY_ADDRESS, which ray.init
+    would follow anyway), checked first, so a wrong address is a one-line SpecError within seconds, not a traceback
+    after minutes."""
+    import frenzy_core
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if not address:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        return
+    if address == "auto":  # the address Ray would pick (RAY_ADDRESS, the last `ray start`), checked like any other
+        try:
+            from ray._private.services import canonicalize_bootstrap_address_or_die
+        except ImportError:  # a private helper: without it, auto is left to ray.init
+            canonicalize_bootstrap_address_or_die = None
+        if canonicalize_bootstrap_address_or_die is not None:
+            try:
+                check_ray_address(canonicalize_bootstrap_address_or_die("auto"))
+            except ConnectionError as err:
+                raise SpecError("address", f"auto: {str(err).splitlines()[0][:160]}; {_ADDRESS_FIX}") from None
+    else:
+        check_ray_address(address)
+    try:
+        # The cluster's workers run the same frenzy_core as this driver (same answers on every backend).
+        ray.init(address=address, runtime_env={"py_modules": [frenzy_core]}, log_to_driver=False)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as err:
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        raise SpecError("address", f"could not join the Ray cluster at {short_repr(address)}: "
+                        f"{lines[0][:160]}; {_ADDRESS_FIX}") from None
+
+
 def _run_ray(grid: Grid, runs: Sequence[Run], workers: int, address: str | None,
              progress: Progress | None) -> list[dict[str, Any]]:
     why = ray_available()
@@ -287,18 +425,11 @@ def _run_ray(grid: Grid, runs: Sequence[Run], workers: int, address: str | None,
         raise SpecError("backend", why)
     import ray
 
-    import frenzy_core
-
-    started = False
-    if not ray.is_initialized():
-        if address:
-            # The cluster's workers run the same frenzy_core as this driver (same answers on every backend).
-            ray.init(address=address, runtime_env={"py_modules": [frenzy_core]}, log_to_driver=False)
-        else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-        started = True
+    ours = not ray.is_initialized()  # a cluster (or connection) the caller made is left to the caller
     pending: list = []
     try:
+        if ours:
+            _ray_init(ray, address, workers)  # inside the try: a Ctrl-C while Ray starts still shuts it down
         grid_ref = ray.put(grid)  # shipped once; every task gets the reference
         task = ray.remote(num_cpus=1)(run_one)
         refs = [task.remote(grid_ref, r) for r in runs]
@@ -319,8 +450,8 @@ def _run_ray(grid: Grid, runs: Sequence[Run], workers: int, address: str | None,
             ray.cancel(ref, force=True)
         raise
     finally:
-        if started:
-            ray.shutdown()
+        if ours:
+            ray.shutdown()  # stops the raylet, the GCS, the agents and the workers a local init started
 
 
 def json_safe(value: Any) -> Any:

@@ -22,6 +22,17 @@ from scipy import stats
 
 from frenzy_core.cluster import DEFAULT_NETWORK_GBIT_S, Cluster, Node
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import (
+    MAX_ADDED_GPUS,
+    MAX_CANDIDATES,
+    MAX_GPUS_PER_ADDITION,
+    MAX_GPUS_PER_NODE,
+    MAX_NAME_CHARS,
+    MAX_NODES,
+    MAX_SEARCH_MIXES,
+    MAX_TOTAL_GPUS,
+    short_repr,
+)
 from frenzy_core.models import ZOO
 from frenzy_core.simulate import SimOptions
 from frenzy_core.sweep import Grid, Progress, SweepTable, run_sweep
@@ -65,21 +76,88 @@ def _whole(value: Any, field: str, what: str) -> int:
     """A whole number from a table cell (an int, an integral float such as 16.0, or digits), else SpecError."""
     if isinstance(value, bool):
         raise SpecError(field, f"{what} must be a whole number, got {value!r}")
+    if isinstance(value, int):
+        return value  # exact: float() would round 10**20 + 1
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(field, f"{what} must be a whole number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise SpecError(field, f"{what} must be a whole number, got {short_repr(value)}") from None
     if not math.isfinite(number) or number != int(number):
-        raise SpecError(field, f"{what} must be a whole number, got {value!r}")
+        raise SpecError(field, f"{what} must be a whole number, got {short_repr(value)}")
     return int(number)
+
+
+def _check_addition(cluster: Cluster, gpu_type: str, count: int, gpus_per_node: int) -> None:
+    """The checks of one addition (fields `count`, `gpus_per_node`, `gpu_type`), before any node is made."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise SpecError("count", f"GPUs to add must be a whole number >= 0, got {short_repr(count)}")
+    if count > MAX_GPUS_PER_ADDITION:
+        raise SpecError("count", f"{count:,} GPUs is over the limit of {MAX_GPUS_PER_ADDITION:,} in one addition (the "
+                        "largest clusters have ~10^5 GPUs); add fewer")
+    if not isinstance(gpus_per_node, int) or isinstance(gpus_per_node, bool) or not \
+            0 < gpus_per_node <= MAX_GPUS_PER_NODE:
+        raise SpecError("gpus_per_node", f"must be a whole number from 1 to {MAX_GPUS_PER_NODE:,}, got "
+                        f"{short_repr(gpus_per_node)}; use a server's GPUs, e.g. 8")
+    if gpu_type not in cluster.type_table:
+        raise SpecError("gpu_type", f"unknown GPU type {short_repr(gpu_type)}; choose one of: "
+                        f"{', '.join(cluster.type_table)}")
+
+
+def _new_nodes(gpu_type: str, count: int, gpus_per_node: int, network_gbit_s: float, taken: set[str],
+               next_index: dict[str, int]) -> list[Node]:
+    """`count` GPUs in nodes of `gpus_per_node` (the last takes the remainder), named `<type>-new-<i>` with the
+    lowest free i. `taken` (the names in use) and `next_index` (per name stem, every index below it is taken) are
+    updated, so a series of additions to one cluster costs its new nodes, not the cluster's size each time."""
+    stem = f"{_slug(gpu_type)[:MAX_NAME_CHARS - len('-new-') - 7]}-new-"  # 7 digits: any index a cluster can have
+    i = next_index.get(stem, 0)
+    new: list[Node] = []
+    for k in range(math.ceil(count / gpus_per_node)):
+        while f"{stem}{i}" in taken:
+            i += 1
+        taken.add(f"{stem}{i}")
+        new.append(Node(name=f"{stem}{i}", gpu_type=gpu_type, num_gpus=min(gpus_per_node, count - k * gpus_per_node),
+                        network_gbit_s=network_gbit_s))
+    next_index[stem] = i
+    return new
+
+
+def _check_node_count(nodes: int) -> None:
+    if nodes > MAX_NODES:
+        raise SpecError("count", f"the cluster would have {nodes:,} nodes, over the limit of {MAX_NODES:,}; add fewer "
+                        "GPUs or put more in each node (gpus_per_node)")
+
+
+def _grown(cluster: Cluster, new: Sequence[Node]) -> Cluster:
+    """`cluster` with `new` nodes appended, its node and GPU limits checked first (SpecError, field `count`)."""
+    _check_node_count(len(cluster.nodes) + len(new))
+    gpus = cluster.total_gpus + sum(n.num_gpus for n in new)
+    if gpus > MAX_TOTAL_GPUS:
+        raise SpecError("count", f"the cluster would have {gpus:,} GPUs, over the limit of {MAX_TOTAL_GPUS:,}; add "
+                        "fewer")
+    # A new Cluster, not `cluster.model_copy(update=...)`: model_copy copies __dict__, and with it the input's cached
+    # `type_summary` (per-type GPU totals), so the copy would report today's GPU counts to the mapping and the
+    # policies. That made the GPU-mix page (which reads today's totals first) disagree with a direct simulation
+    # (issue 11: +24 A100-80GB 1.23 h on the page vs 1.87 h).
+    return Cluster(name=cluster.name, description=cluster.description, gpu_types=cluster.gpu_types,
+                   nodes=cluster.nodes + tuple(new))
+
+
+def _first_networks(cluster: Cluster) -> dict[str, float]:
+    """GPU type -> the network link of its first node: what new nodes of that type copy."""
+    out: dict[str, float] = {}
+    for n in cluster.nodes:
+        out.setdefault(n.gpu_type, n.network_gbit_s)
+    return out
 
 
 def build_candidates(base: Cluster, rows: Iterable[Mapping[str, Any]]) -> dict[str, Cluster]:
     """label -> cluster: `TODAY` (the base cluster) first, then one cluster per candidate label.
 
-    `rows` are `Candidate`-shaped mappings (the page's table records). Rows with the same label add up; a row whose
-    label and GPU type are both empty is skipped (the table keeps one while the user types). A bad row raises
-    SpecError naming the row or the candidate and the column, e.g. ``+16 H100.count``.
+    `rows` are `Candidate`-shaped mappings (the page's table records). Rows with the same label add up (as
+    `add_gpus` applied row after row; each label's cluster is built once); a row whose label and GPU type are both
+    empty is skipped (the table keeps one while the user types). A bad row raises SpecError naming the row or the
+    candidate and the column, e.g. ``+16 H100.count``; so do more than MAX_CANDIDATES labels, more than
+    MAX_GPUS_PER_ADDITION GPUs in one row and more than MAX_ADDED_GPUS over all rows.
 
     >>> from frenzy_core.cluster import parse_cluster_yaml
     >>> base = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8}]")
@@ -87,7 +165,10 @@ def build_candidates(base: Cluster, rows: Iterable[Mapping[str, Any]]) -> dict[s
     >>> {label: c.total_gpus for label, c in build_candidates(base, rows).items()}
     {'today': 8, '+8 L40S': 16}
     """
-    out: dict[str, Cluster] = {TODAY: base}
+    network = _first_networks(base)
+    base_names = frozenset(n.name for n in base.nodes)
+    additions: dict[str, tuple[set[str], dict[str, int], list[Node]]] = {}  # label -> (taken, next index, new)
+    total = 0
     for i, row in enumerate(rows, start=1):
         raw_label = row.get("candidate")
         label = "" if _missing(raw_label) else str(raw_label).strip()
@@ -107,7 +188,29 @@ def build_candidates(base: Cluster, rows: Iterable[Mapping[str, Any]]) -> dict[s
         per_node = DEFAULT_GPUS_PER_NODE if _missing(per_node) else \
             _whole(per_node, f"{label}.gpus_per_node", "GPUs per node")
         try:
-            out[label] = add_gpus(out.get(label, base), str(gpu_type), count, gpus_per_node=per_node)
+            _check_addition(base, str(gpu_type), count, per_node)
+        except SpecError as err:
+            raise SpecError(f"{label}.{err.field}", err.reason) from None
+        if label not in additions and 1 + len(additions) >= MAX_CANDIDATES:  # today is one of them
+            raise SpecError(f"{label}.candidate", f"over the limit of {MAX_CANDIDATES:,} candidates, today "
+                            "included (each is simulated over every seed); compare fewer (--add)")
+        total += count
+        if total > MAX_ADDED_GPUS:
+            raise SpecError(f"{label}.count", f"the candidates add {total:,} GPUs in all, over the limit of "
+                            f"{MAX_ADDED_GPUS:,}; add fewer GPUs or compare fewer candidates (--add)")
+        if label not in additions:
+            additions[label] = (set(base_names), {}, [])
+        taken, next_index, new = additions[label]
+        try:  # refused before the nodes are made
+            _check_node_count(len(base.nodes) + len(new) + math.ceil(count / per_node))
+        except SpecError as err:
+            raise SpecError(f"{label}.{err.field}", err.reason) from None
+        new += _new_nodes(str(gpu_type), count, per_node, network.get(str(gpu_type), DEFAULT_NETWORK_GBIT_S), taken,
+                          next_index)
+    out: dict[str, Cluster] = {TODAY: base}
+    for label, (_, _, new) in additions.items():
+        try:
+            out[label] = _grown(base, new) if new else base
         except SpecError as err:
             raise SpecError(f"{label}.{err.field}", err.reason) from None
     return out
@@ -129,32 +232,11 @@ def add_gpus(cluster: Cluster, gpu_type: str, count: int, gpus_per_node: int = D
     >>> [(n.name, n.gpu_type, n.num_gpus) for n in bigger.nodes]
     [('a', 'A100-80GB', 8), ('l40s-new-0', 'L40S', 8), ('l40s-new-1', 'L40S', 4)]
     """
-    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise SpecError("count", f"GPUs to add must be a whole number >= 0, got {count!r}")
-    if not isinstance(gpus_per_node, int) or gpus_per_node <= 0:
-        raise SpecError("gpus_per_node", f"must be a positive integer, got {gpus_per_node!r}")
-    if gpu_type not in cluster.type_table:
-        raise SpecError("gpu_type", f"unknown GPU type {gpu_type!r}; choose one of: {', '.join(cluster.type_table)}")
+    _check_addition(cluster, gpu_type, count, gpus_per_node)
     if count == 0:
         return cluster
-    same = [n for n in cluster.nodes if n.gpu_type == gpu_type]
-    network = same[0].network_gbit_s if same else DEFAULT_NETWORK_GBIT_S
-    taken = {n.name for n in cluster.nodes}
-    new: list[Node] = []
-    i = 0
-    for k in range(math.ceil(count / gpus_per_node)):
-        while f"{_slug(gpu_type)}-new-{i}" in taken:
-            i += 1
-        name = f"{_slug(gpu_type)}-new-{i}"
-        taken.add(name)
-        new.append(Node(name=name, gpu_type=gpu_type, num_gpus=min(gpus_per_node, count - k * gpus_per_node),
-                        network_gbit_s=network))
-    # A new Cluster, not `cluster.model_copy(update=...)`: model_copy copies __dict__, and with it the input's cached
-    # `type_summary` (per-type GPU totals), so the copy would report today's GPU counts to the mapping and the
-    # policies. That made the GPU-mix page (which reads today's totals first) disagree with a direct simulation
-    # (issue 11: +24 A100-80GB 1.23 h on the page vs 1.87 h).
-    return Cluster(name=cluster.name, description=cluster.description, gpu_types=cluster.gpu_types,
-                   nodes=cluster.nodes + tuple(new))
+    network = _first_networks(cluster).get(gpu_type, DEFAULT_NETWORK_GBIT_S)
+    return _grown(cluster, _new_nodes(gpu_type, count, gpus_per_node, network, {n.name for n in cluster.nodes}, {}))
 
 
 def cluster_cost_per_hour(cluster: Cluster) -> float:
@@ -287,14 +369,33 @@ def parse_addition(text: str) -> list[dict[str, Any]]:
     for part in spec.split(","):
         gpu_type, sep, count = part.strip().rpartition(":")
         if not sep or not gpu_type:
-            raise SpecError("add", f"expected TYPE:N or LABEL=TYPE:N,TYPE:N, got {text!r}")
+            raise SpecError("add", f"expected TYPE:N or LABEL=TYPE:N,TYPE:N, got {short_repr(text)}")
+        rows.append({"gpu_type": gpu_type, "count": _addition_count(count.strip(), gpu_type, text)})
+    name = label.strip() or " ".join(f"+{r['count']} {r['gpu_type']}" for r in rows)
+    return [{"candidate": name, **r, "gpus_per_node": DEFAULT_GPUS_PER_NODE} for r in rows]
+
+
+def _addition_count(count: str, gpu_type: str, text: str) -> int:
+    """The N of an --add TYPE:N: a whole number (``24``, ``1e3``) of at most MAX_GPUS_PER_ADDITION."""
+    if count.isdigit() and len(count) > len(str(MAX_GPUS_PER_ADDITION)):  # int() refuses past 4,300 digits
+        n = MAX_GPUS_PER_ADDITION + 1
+    else:
         try:
             n = int(count)
         except ValueError:
-            raise SpecError("add", f"the GPU count must be a whole number, got {count!r} in {text!r}") from None
-        rows.append({"gpu_type": gpu_type, "count": n})
-    name = label.strip() or " ".join(f"+{r['count']} {r['gpu_type']}" for r in rows)
-    return [{"candidate": name, **r, "gpus_per_node": DEFAULT_GPUS_PER_NODE} for r in rows]
+            try:
+                x = float(count)
+            except ValueError:
+                x = math.nan
+            if math.isnan(x) or (math.isfinite(x) and x != int(x)):
+                raise SpecError("add", f"the GPU count must be a whole number, got {short_repr(count)} in "
+                                f"{short_repr(text)}") from None
+            n = MAX_GPUS_PER_ADDITION + 1 if math.isinf(x) or x > MAX_GPUS_PER_ADDITION else int(x)
+    if n > MAX_GPUS_PER_ADDITION:
+        raise SpecError("add", f"{short_repr(count, 24)} GPUs of {short_repr(gpu_type)} is over the limit of "
+                        f"{MAX_GPUS_PER_ADDITION:,} per --add entry (the largest clusters have ~10^5 GPUs); add "
+                        f"fewer, e.g. {gpu_type if len(gpu_type) <= 40 else 'TYPE'}:1024")
+    return n
 
 
 def search_mixes(base: Cluster, gpu_types: Sequence[str], budget_per_hour: float, costs: CostModel | None = None,
@@ -315,8 +416,13 @@ def search_mixes(base: Cluster, gpu_types: Sequence[str], budget_per_hour: float
         raise SpecError("search", "name at least one GPU type to search over")
     if not (math.isfinite(budget_per_hour) and budget_per_hour > 0):
         raise SpecError("budget", f"a search needs a budget > 0 $/h, got {budget_per_hour!r}")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise SpecError("step", f"must be a whole number >= 1, got {step!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_GPUS_PER_NODE:
+        raise SpecError("step", f"must be a whole number from 1 to {MAX_GPUS_PER_NODE:,} (GPUs in one server, the "
+                        f"shape of the new nodes), got {short_repr(step)}; use a server's GPUs, e.g. 8")
+    if isinstance(max_candidates, bool) or not isinstance(max_candidates, int) or \
+            not 1 <= max_candidates <= MAX_CANDIDATES:
+        raise SpecError("max_candidates", f"must be a whole number from 1 to {MAX_CANDIDATES:,} (mixes the search "
+                        f"keeps), got {short_repr(max_candidates)}; keep fewer, e.g. 8")
     if len(set(gpu_types)) != len(gpu_types):
         raise SpecError("search", f"GPU types must be distinct, got {list(gpu_types)}")
     unit = []
@@ -327,6 +433,11 @@ def search_mixes(base: Cluster, gpu_types: Sequence[str], budget_per_hour: float
     if any(u <= 0 for u in unit):
         raise SpecError("search", "every searched GPU type needs a price > 0 (a free GPU makes the search unbounded)")
     limits = [int(budget_per_hour // u) for u in unit]
+    mixes = math.prod(k + 1 for k in limits)
+    if mixes > MAX_SEARCH_MIXES:
+        size = f"{mixes:,}" if mixes < 10**15 else f"about 10^{len(str(mixes)) - 1}"
+        raise SpecError("search", f"{size} mixes to try is over the limit of {MAX_SEARCH_MIXES:,}; lower the budget "
+                        "(--budget), raise the step (--step) or search fewer GPU types")
     found = []
     for steps in itertools.product(*(range(k + 1) for k in limits)):
         cost = sum(s * u for s, u in zip(steps, unit, strict=True))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 
@@ -14,8 +15,18 @@ import pytest
 from frenzy_core.cli import main
 from frenzy_core.cluster import load_cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import MAX_CANDIDATES, MAX_SEEDS, MAX_SWEEP_RUNS, MAX_WORKERS, RAY_CONNECT_TIMEOUT_S
 from frenzy_core.simulate import simulate_seeds
-from frenzy_core.sweep import GROUP_KEYS, TIMING_KEYS, Grid, json_safe, ray_available, run_one, run_sweep
+from frenzy_core.sweep import (
+    GROUP_KEYS,
+    TIMING_KEYS,
+    Grid,
+    check_ray_address,
+    json_safe,
+    ray_available,
+    run_one,
+    run_sweep,
+)
 from frenzy_core.traces import bundled_traces, load_trace
 from frenzy_core.whatif import WeeklyJob, WeeklyJobs, add_gpus
 
@@ -126,7 +137,7 @@ def test_weekly_jobs_draw_their_arrivals_per_seed_inside_the_sweep(base):
 
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"backend": "slurm"}, "backend"), ({"workers": 0}, "workers"), ({"workers": 1.5}, "workers"),
-    ({"address": "auto"}, "address"),
+    ({"address": "auto"}, "address"), ({"workers": MAX_WORKERS + 1}, "workers"),
 ])
 def test_bad_run_arguments_name_the_field(grid, kwargs, field):
     with pytest.raises(SpecError) as err:
@@ -162,6 +173,8 @@ def test_cli_sweep_json_has_a_row_per_run_and_the_wall_time(capsys):
 @pytest.mark.parametrize(("extra", "field"), [
     (["--policies", "nope"], "policies"), (["--add", "L40S"], "add"), (["--seeds", "0"], "seeds"),
     (["--workers", "0"], "workers"), (["--address", "auto"], "address"),
+    (["--seeds", str(MAX_SEEDS + 1)], "seeds"), (["--seeds", str(10**12)], "seeds"),
+    (["--workers", str(MAX_WORKERS + 1)], "workers"), (["--add", "L40S:100000000000000000000"], "add"),
 ])
 def test_cli_sweep_bad_input_exits_2_with_one_line(capsys, extra, field):
     code = main(["sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY), "--limit-jobs", "5", *extra])
@@ -238,3 +251,228 @@ def test_ctrl_c_on_frenzy_sweep_exits_130_with_one_line_and_no_process_left(tmp_
         time.sleep(0.2)
     with pytest.raises(ProcessLookupError):  # no process left in the group
         os.killpg(proc.pid, 0)
+
+
+# --- bounded work: Ray stopped on Ctrl-C, a bad --address, caps on the grid ---------------------------------------
+RAY_PROCESS_MARKS = ("ray::", "raylet", "gcs_server")  # Ray's workers and agents, its node manager, its GCS
+
+
+def _ray_processes_in_session(sid: int) -> dict[int, str]:
+    """pid -> command line of Ray's live processes in session `sid` (psutil when installed, else `ps`); zombies
+    (exited, waiting to be reaped) do not count."""
+    try:
+        import psutil
+    except ImportError:
+        import subprocess
+
+        out = subprocess.run(["ps", "-eo", "pid=,sid=,stat=,args="], capture_output=True, text=True,
+                             check=True).stdout
+        rows = [line.split(None, 3) for line in out.splitlines()]
+        return {int(r[0]): r[3] for r in rows if len(r) == 4 and r[1] == str(sid) and not r[2].startswith("Z")
+                and any(m in r[3] for m in RAY_PROCESS_MARKS)}
+    found = {}
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            line = " ".join(p.info["cmdline"] or [])
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(p.info["pid"]) == sid \
+                    and any(m in line for m in RAY_PROCESS_MARKS):
+                found[p.info["pid"]] = line
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+@pytest.mark.skipif(ray_available() is not None, reason=f"needs ray: {ray_available()}")
+def test_ctrl_c_on_a_ray_sweep_shuts_ray_down_and_leaves_no_ray_process():
+    """Ctrl-C pressed again and again, as an impatient user does, while a local Ray cluster of our own runs the
+    sweep: the CLI exits 130 with one line, and none of Ray's processes (workers, agents, raylet, GCS) outlives it.
+    A second SIGINT used to interrupt ray.shutdown() (a traceback, exit -2) and leave the dashboard and runtime-env
+    agents running for a minute."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "frenzy_core.cli", "sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY),
+         "--limit-jobs", "400", "--policies", "frenzy-eft,fcfs", "--add", "L40S:16", "--seeds", "20",
+         "--workers", "2", "--backend", "ray"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any("runs" in line for line in lines) and time.monotonic() < deadline:  # Ray is up, runs end
+            time.sleep(0.1)
+        assert proc.poll() is None, "".join(lines)
+        assert _ray_processes_in_session(proc.pid), "the sweep should run on Ray processes of its own"
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:  # Ctrl-C until it has exited
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+        err = "".join(lines)
+        assert proc.returncode == 130, err
+        assert "interrupted" in err and "Traceback" not in err, err
+        deadline = time.monotonic() + 20  # ray.shutdown() has returned; its processes are being reaped
+        while _ray_processes_in_session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _ray_processes_in_session(proc.pid)
+        assert not left, "\n".join(left.values())
+    finally:  # whatever failed, leave no process of this test to the next one
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for pid in _ray_processes_in_session(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_grid_over_the_run_limit_is_refused_naming_the_flags(base, trace):
+    """candidates x policies x seeds past MAX_SWEEP_RUNS: refused before any run, with the product spelled out."""
+    n = MAX_SWEEP_RUNS // MAX_SEEDS + 1
+    with pytest.raises(SpecError) as err:
+        Grid.make(base, {f"c{i}": base for i in range(n)}, ["fcfs"], range(MAX_SEEDS), {"w": trace})
+    assert err.value.field == "runs"
+    assert f"{n * MAX_SEEDS:,} runs" in err.value.reason and f"{MAX_SWEEP_RUNS:,}" in err.value.reason
+    assert all(flag in err.value.reason for flag in ("--seeds", "--policies", "--add"))
+
+
+def test_a_grid_over_the_seed_or_candidate_limit_is_refused_without_listing_the_seeds(base, trace):
+    with pytest.raises(SpecError) as err:
+        Grid.make(base, {"today": base}, ["fcfs"], range(MAX_SEEDS + 1), {"w": trace})
+    assert err.value.field == "seeds" and f"{MAX_SEEDS:,}" in err.value.reason
+    t0 = time.perf_counter()
+    with pytest.raises(SpecError):  # a trillion seeds: refused after reading MAX_SEEDS + 1 of them
+        Grid.make(base, {"today": base}, ["fcfs"], range(10**12), {"w": trace})
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(SpecError) as err:
+        Grid.make(base, {f"c{i}": base for i in range(MAX_CANDIDATES + 1)}, ["fcfs"], [0], {"w": trace})
+    assert err.value.field == "candidates" and f"{MAX_CANDIDATES:,}" in err.value.reason
+
+
+def test_cli_sweep_over_the_run_limit_exits_2_naming_the_flags(capsys):
+    adds = [f"--add=c{i}=L40S:8" for i in range(MAX_SWEEP_RUNS // MAX_SEEDS)]  # with today: one candidate too many
+    code = main(["sweep", "--cluster", str(CLUSTER), "--job", "gpt2:1:1:1", "--policies", "fcfs", "--seeds",
+                 str(MAX_SEEDS), "--workers", "1", *adds])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "runs" in err and f"{MAX_SWEEP_RUNS:,}" in err and "--seeds" in err, err
+
+
+# --- a Ray address that answers nothing, or not as Ray -------------------------------------------------------------
+@pytest.mark.skipif(ray_available() is not None, reason=f"needs ray: {ray_available()}")
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "not-a-host:6379", "ray://127.0.0.1:1"])
+def test_a_bad_ray_address_is_one_line_naming_address_within_seconds(address):
+    """ray.init(address=...) retried such an address for many minutes (20 tries of ~40 s) and then raised a
+    traceback; now the CLI says what is wrong with --address and how to fix it, after at most
+    RAY_CONNECT_TIMEOUT_S of network waiting."""
+    import subprocess
+    import sys
+
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "frenzy_core.cli", "sweep", "--cluster", str(CLUSTER), "--job", "gpt2:1:1:1",
+         "--policies", "fcfs", "--seeds", "1", "--backend", "ray", "--address", address],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    wall = time.monotonic() - t0
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "address" in done.stderr and "ray start --head" in done.stderr, done.stderr
+    assert wall < 30 + RAY_CONNECT_TIMEOUT_S  # interpreter, numpy and ray imports on a loaded machine, one timeout
+
+
+def _serve_once(reply: bytes | None):
+    """A TCP server on a free loopback port that accepts one connection and writes `reply` (None: says nothing and
+    holds the connection). Returns (port, stop)."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            if reply is not None:
+                conn.sendall(reply)
+            stop.wait(30)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close() -> None:
+        stop.set()
+        srv.close()
+
+    return srv.getsockname()[1], close
+
+
+@pytest.mark.parametrize(("reply", "says"), [(b"HTTP/1.1 400 Bad Request\r\n\r\n", "not as a Ray cluster"),
+                                             (None, "no answer")])
+def test_an_address_that_is_not_a_ray_server_is_refused_within_the_timeout(reply, says):
+    """The dashboard's HTTP port, or a port that accepts and stays silent: refused after one timeout at most."""
+    port, close = _serve_once(reply)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SpecError) as err:
+            check_ray_address(f"127.0.0.1:{port}", timeout_s=0.5)
+        assert time.monotonic() - t0 < 5
+    finally:
+        close()
+    assert err.value.field == "address" and says in err.value.reason
+
+
+@pytest.mark.parametrize("address", ["head", "head:port", "head:0", "head:70000", ":6379"])
+def test_an_address_that_is_not_host_and_port_is_refused(address):
+    with pytest.raises(SpecError) as err:
+        check_ray_address(address)
+    assert err.value.field == "address" and "HOST:PORT" in err.value.reason
+
+
+def test_a_running_ray_head_passes_the_address_check(ray_cluster):
+    """The check speaks just enough HTTP/2 to hear a gRPC server: Ray's own GCS must pass it."""
+    check_ray_address(ray_cluster.get_runtime_context().gcs_address)
+
+
+@pytest.mark.skipif(ray_available() is not None, reason=f"needs ray: {ray_available()}")
+def test_cli_sweep_joins_a_running_ray_cluster_by_address():
+    """--address HOST:PORT of a head started elsewhere (here: another process's local Ray) still works after the
+    check: the rows are those of the local backend."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    head = subprocess.Popen(
+        [sys.executable, "-c", "import ray, sys; ray.init(num_cpus=2, include_dashboard=False); "
+         "print(ray.get_runtime_context().gcs_address, flush=True); sys.stdin.read(); ray.shutdown()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+        start_new_session=True)
+    try:
+        address = head.stdout.readline().strip()  # blocks until the head is up (or has died: "")
+        assert address, "the Ray head did not start"
+        argv = ["sweep", "--cluster", str(CLUSTER), "--trace", str(PHILLY), "--limit-jobs", "10", "--policies",
+                "fcfs", "--seeds", "2", "--json"]
+        joined = subprocess.run([sys.executable, "-m", "frenzy_core.cli", *argv, "--backend", "ray", "--address",
+                                 address], capture_output=True, text=True, env=env, timeout=300)
+        assert joined.returncode == 0, joined.stderr
+        local = subprocess.run([sys.executable, "-m", "frenzy_core.cli", *argv, "--workers", "1"],
+                               capture_output=True, text=True, env=env, timeout=300)
+        strip = [[{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in json.loads(out.stdout)["results"]]
+                 for out in (joined, local)]
+        assert strip[0] == strip[1]
+    finally:
+        head.stdin.close()  # the head shuts its Ray down and exits
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, 9)
+            head.wait(timeout=30)

@@ -17,6 +17,16 @@ from scipy import stats
 from frenzy_core.cli import main
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
+from frenzy_core.limits import (
+    MAX_ADDED_GPUS,
+    MAX_CANDIDATES,
+    MAX_GPUS_PER_ADDITION,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_SCENARIO_SEEDS,
+    MAX_SEARCH_MIXES,
+    MAX_SEEDS,
+)
 from frenzy_core.sweep import SweepTable
 from frenzy_core.tco import DEFAULT_GPU_COSTS, HOURS_PER_YEAR, CostModel, tco
 from frenzy_core.whatif import (
@@ -469,11 +479,14 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
             page.goto(f"{url}/gpu_mix")
             page.wait_for_selector('h1:has-text("GPU mix what-if")', timeout=30_000)
             page.wait_for_selector(idle, timeout=30_000)
-            for key, value in (("wi_limit", 2000), ("wi_seeds", 30), ("wi_workers", 2)):
+            for key, value in (("wi_limit", 2000), ("wi_seeds", MAX_SCENARIO_SEEDS), ("wi_workers", 2)):
                 box = page.locator(f".st-key-{key} input")
                 box.fill(str(value))
                 box.press("Enter")
-                page.wait_for_timeout(300)
+                try:  # the rerun starts (a condition, not a fixed wait), then settles
+                    page.wait_for_selector(idle.replace("notRunning", "running"), timeout=1_000)
+                except sync_api.TimeoutError:
+                    pass
                 page.wait_for_selector(idle, timeout=30_000)
             page.locator(".st-key-wi_run button").click()
             deadline = time.monotonic() + 60
@@ -508,3 +521,103 @@ def test_the_page_keeps_its_settings_when_you_leave_and_come_back(monkeypatch):
     assert not at.exception and not at.warning, [w.value for w in at.warning]
     assert at.number_input(key="wi_budget").value == 42.0
     assert at.radio(key="wi_pricing").value == "owned"
+
+
+# --- bounded work: every input that sizes the what-if has a limit, named with its flag and its fix -----------------
+def test_build_candidates_gives_the_clusters_add_gpus_gives_row_after_row(tiny_cluster):
+    """Each label's cluster is built once from all its rows; the nodes (names, shapes, links) are exactly those of
+    add_gpus applied row after row, as before."""
+    rows = [{"candidate": "mix", "gpu_type": "L40S", "count": 12, "gpus_per_node": 8},
+            {"candidate": "other", "gpu_type": "T4", "count": 3, "gpus_per_node": 2},
+            {"candidate": "mix", "gpu_type": "A100-80GB", "count": 6, "gpus_per_node": 4},
+            {"candidate": "mix", "gpu_type": "L40S", "count": 12, "gpus_per_node": 8},
+            {"candidate": "mix", "gpu_type": "T4", "count": 0, "gpus_per_node": 8}]
+    want = tiny_cluster
+    for r in rows:
+        if r["candidate"] == "mix":
+            want = add_gpus(want, r["gpu_type"], r["count"], r["gpus_per_node"])
+    got = build_candidates(tiny_cluster, rows)
+    assert list(got) == [TODAY, "mix", "other"]
+    assert got["mix"].nodes == want.nodes
+    assert got["other"].nodes == add_gpus(tiny_cluster, "T4", 3, 2).nodes
+
+
+def test_add_gpus_refuses_more_than_the_per_addition_limit(tiny_cluster):
+    assert add_gpus(tiny_cluster, "L40S", MAX_GPUS_PER_ADDITION).total_gpus == \
+        tiny_cluster.total_gpus + MAX_GPUS_PER_ADDITION
+    with pytest.raises(SpecError) as err:
+        add_gpus(tiny_cluster, "L40S", MAX_GPUS_PER_ADDITION + 1)
+    assert err.value.field == "count" and f"{MAX_GPUS_PER_ADDITION:,}" in err.value.reason
+
+
+@pytest.mark.parametrize("count", ["1e20", "100000000000000000000", "9" * 5000, str(MAX_GPUS_PER_ADDITION + 1)])
+def test_an_add_entry_over_the_gpu_limit_names_add_the_limit_and_the_fix(count):
+    with pytest.raises(SpecError) as err:
+        parse_addition(f"A100-80GB:{count}")
+    assert err.value.field == "add"
+    assert f"{MAX_GPUS_PER_ADDITION:,} per --add entry" in err.value.reason and "add fewer" in err.value.reason
+    assert len(str(err.value)) < 300  # the message never grows with the input
+
+
+def test_an_add_entry_may_write_its_count_in_scientific_notation():
+    assert [r["count"] for r in parse_addition("L40S:1e3")] == [1000]
+    with pytest.raises(SpecError):
+        parse_addition("L40S:1.5e0")
+
+
+def test_build_candidates_caps_the_gpus_added_over_all_candidates(tiny_cluster):
+    rows = [{"candidate": f"c{i}", "gpu_type": "L40S", "count": MAX_GPUS_PER_ADDITION, "gpus_per_node": 1024}
+            for i in range(MAX_ADDED_GPUS // MAX_GPUS_PER_ADDITION + 1)]
+    with pytest.raises(SpecError) as err:
+        build_candidates(tiny_cluster, rows)
+    assert err.value.field.endswith(".count") and f"{MAX_ADDED_GPUS:,}" in err.value.reason
+    assert "--add" in err.value.reason
+
+
+def test_build_candidates_caps_the_number_of_candidates_today_included(tiny_cluster):
+    rows = [{"candidate": f"c{i}", "gpu_type": "T4", "count": 0} for i in range(MAX_CANDIDATES)]
+    assert len(build_candidates(tiny_cluster, rows[:-1])) == MAX_CANDIDATES
+    with pytest.raises(SpecError) as err:
+        build_candidates(tiny_cluster, rows)
+    assert err.value.field == f"c{MAX_CANDIDATES - 1}.candidate" and f"{MAX_CANDIDATES:,}" in err.value.reason
+
+
+def test_a_candidate_over_the_node_limit_is_a_spec_error_before_its_nodes_are_made(tiny_cluster):
+    """One GPU per node: 100,000 GPUs are 100,000 new nodes, over MAX_NODES with today's three (a pydantic
+    traceback before)."""
+    rows = [{"candidate": "x", "gpu_type": "T4", "count": MAX_GPUS_PER_ADDITION, "gpus_per_node": 1}]
+    with pytest.raises(SpecError) as err:
+        build_candidates(tiny_cluster, rows)
+    assert err.value.field == "x.count" and f"{MAX_NODES:,}" in err.value.reason
+
+
+@pytest.mark.parametrize(("kwargs", "field", "limit"), [
+    ({"budget_per_hour": 8.0 * 2 * MAX_SEARCH_MIXES}, "search", MAX_SEARCH_MIXES),  # L40S $1/h: 8 $/h a server
+    ({"budget_per_hour": 20.0, "step": MAX_GPUS_PER_NODE + 1}, "step", MAX_GPUS_PER_NODE),
+    ({"budget_per_hour": 20.0, "max_candidates": MAX_CANDIDATES + 1}, "max_candidates", MAX_CANDIDATES),
+])
+def test_mix_search_limits_name_the_field_and_the_limit(kwargs, field, limit):
+    from frenzy_core.cluster import parse_cluster_yaml
+
+    c = parse_cluster_yaml("nodes: [{name: a, gpu_type: L40S, num_gpus: 8}]")
+    with pytest.raises(SpecError) as err:
+        search_mixes(c, ["L40S"], **kwargs)
+    assert err.value.field == field and f"{limit:,}" in err.value.reason
+
+
+@pytest.mark.parametrize(("extra", "field", "limit"), [
+    (["--add", "A100-80GB:1e20"], "add", MAX_GPUS_PER_ADDITION),
+    (["--add", "A100-80GB:10000000"], "add", MAX_GPUS_PER_ADDITION),  # a pydantic traceback before
+    ([f"--add=c{i}=L40S:{MAX_GPUS_PER_ADDITION}" for i in range(MAX_ADDED_GPUS // MAX_GPUS_PER_ADDITION + 1)],
+     "count", MAX_ADDED_GPUS),
+    (["--seeds", str(MAX_SEEDS + 1)], "seeds", MAX_SEEDS),
+    (["--search", "L40S", "--budget", str(8.0 * 2 * MAX_SEARCH_MIXES)], "search", MAX_SEARCH_MIXES),
+    (["--search", "L40S", "--step", str(MAX_GPUS_PER_NODE + 1)], "step", MAX_GPUS_PER_NODE),
+    (["--search", "L40S", "--max-candidates", str(MAX_CANDIDATES + 1)], "max_candidates", MAX_CANDIDATES),
+])
+def test_cli_whatif_over_a_limit_exits_2_with_one_line_naming_the_flag_and_the_limit(capsys, extra, field, limit):
+    code = main(["whatif", "--cluster", str(_repo() / "sample_clusters" / "modern-mixed.yaml"), "--job",
+                 "gpt2:1:1:1", "--policy", "fcfs", "--workers", "1", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert field in err and f"{limit:,}" in err and "; " in err, err  # the field, the limit, then the fix
