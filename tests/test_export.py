@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import tomllib
@@ -92,13 +93,15 @@ def test_torchtitan_degrees_multiply_to_the_world_size():
     assert tr["global_batch_size"] == 64 and tr["seq_len"] == 2048
     # with p > 1 the local batch holds every micro-batch of one replica's step
     assert tr["local_batch_size"] * SPREAD.dp == 64
-    assert cfg["activation_checkpoint"]["mode"] == "selective"
-    assert tr["compile"] is False
+    # Megatron's selective recompute has no torchtitan twin: per-op SAC, the nearest (export.titan_activation_checkpoint)
+    assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert cfg["compile"] == {"enable": False}  # torchtitan >= 0.2.0: [compile] enable, not [training] compile
 
 
 def test_torchtitan_compile_follows_the_training():
     compiled = TRAIN.model_copy(update={"framework": "fsdp2", "compile": True})
-    assert tomllib.loads(export_plan("torchtitan", MODEL, compiled, SPREAD, CLUSTER, TOKENS))["training"]["compile"]
+    cfg = tomllib.loads(export_plan("torchtitan", MODEL, compiled, SPREAD, CLUSTER, TOKENS))
+    assert cfg["compile"]["enable"] is True and "compile" not in cfg["training"]
 
 
 def test_accelerate_megatron_config_matches_the_plan():
@@ -320,3 +323,330 @@ def test_every_fsdp2_moe_plan_is_one_torchtitan_accepts():
         degree = par["expert_parallel_degree"]
         assert 8 % degree == 0 and (par["data_parallel_shard_degree"] * par["context_parallel_degree"]
                                     * par["tensor_parallel_degree"]) % degree == 0, p.label()
+
+
+# --- launch files that run as they are (issue 23) --------------------------------------------------------------------
+def _torchrun_args(calls: list[list[str]]) -> dict[str, str | bool]:
+    """The flags of the one torchrun (or srun ... torchrun) call the stubs recorded."""
+    (call,) = [c for c in calls if c[0] in ("torchrun", "srun")]
+    return _flags(call)
+
+
+def test_megatron_script_is_a_strict_bash_script():
+    text = export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS)
+    lines = text.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    first_command = next(line for line in lines[1:] if line.strip() and not line.startswith("#"))
+    assert first_command == "set -euo pipefail"
+    import subprocess
+
+    assert subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("missing", ["DATA_PATH", "TOKENIZER_MODEL", "CHECKPOINT_DIR"])
+def test_megatron_script_stops_naming_a_placeholder_left_unset(missing, tmp_path):
+    from test_export_hostile import run_with_stubs
+
+    run, calls = run_with_stubs(export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS), tmp_path,
+                                unset=(missing,))
+    assert run.returncode != 0 and f"set {missing} to" in run.stderr
+    assert not [c for c in calls if c[0] == "torchrun"]  # stopped before launching anything
+
+
+def test_megatron_script_passes_data_tokenizer_lr_and_checkpoints_to_megatron(tmp_path):
+    from test_export_hostile import run_with_stubs
+
+    run, calls = run_with_stubs(export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS), tmp_path,
+                                env={"LR": "1e-4", "TOKENIZER_TYPE": "Llama2Tokenizer"})
+    assert run.returncode == 0, run.stderr
+    flags = _torchrun_args(calls)
+    assert flags["--data-path"] == "/data/corpus_text_document" and flags["--split"] == "949,50,1"
+    assert flags["--tokenizer-type"] == "Llama2Tokenizer" and flags["--tokenizer-model"] == "/data/tokenizer"
+    assert flags["--lr"] == "1e-4" and flags["--min-lr"] == "3e-05" and flags["--lr-decay-style"] == "cosine"
+    assert flags["--lr-warmup-iters"] == str(7630 // 100)  # 1% of the 7,630 steps
+    assert flags["--save"] == flags["--load"] == "checkpoints" and flags["--save-interval"] == "1000"
+
+
+@pytest.mark.parametrize(("env", "unset", "endpoint", "rdzv_id"), [
+    ({"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "6000"}, (), "10.0.0.7:6000", "4242"),  # the scheduler's values
+    ({}, ("MASTER_ADDR",), "n-0:29500", "4242"),  # SLURM: the first host of SLURM_JOB_NODELIST, SLURM_JOB_ID
+    ({"JOB_ID": "run-7"}, ("SLURM_JOB_ID", "SLURM_JOB_NODELIST"), "n-0:29500", "run-7"),  # no scheduler: hostname
+    ({}, ("SLURM_JOB_ID", "SLURM_JOB_NODELIST"), "n-0:29500", "llama-2-7b-h100-80gb-d2t4p2"),
+])
+def test_megatron_script_takes_its_rendezvous_from_the_environment(env, unset, endpoint, rdzv_id, tmp_path):
+    from test_export_hostile import run_with_stubs
+
+    run, calls = run_with_stubs(export_plan("megatron", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS), tmp_path, env=env,
+                                unset=unset)
+    assert run.returncode == 0, run.stderr
+    flags = _torchrun_args(calls)
+    assert flags["--rdzv-endpoint"] == endpoint and flags["--rdzv-id"] == rdzv_id
+
+
+@pytest.mark.parametrize(("every", "method", "layers"), [(1, "uniform", "1"), (2, "block", "8"), (3, "block", "6"),
+                                                         (32, "block", "1")])
+def test_megatron_full_recompute_follows_the_stride(every, method, layers):
+    # SPREAD: p=2, so 16 layers per stage; `block` recomputes ceil(16 / k) of them (megatron/core/recompute.py)
+    train = TRAIN.model_copy(update={"recompute": "full", "recompute_every": every})
+    flags = _flags(_shell_words(export_plan("megatron", MODEL, train, SPREAD, CLUSTER, TOKENS)))
+    assert flags["--recompute-granularity"] == "full"
+    assert flags["--recompute-method"] == method and flags["--recompute-num-layers"] == layers
+
+
+def test_megatron_block_recompute_counts_the_layers_of_one_virtual_stage():
+    deep = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True,
+                        recompute="full", recompute_every=2)
+    plan = next(p for p in rank_plans(ZOO["llama-2-13b"], deep, CLUSTER, tokens=TOKENS).plans if p.vp > 1)
+    flags = _flags(_shell_words(export_plan("megatron", ZOO["llama-2-13b"], deep, plan, CLUSTER, TOKENS)))
+    chunk = 40 // (plan.pp * plan.vp)
+    assert flags["--recompute-method"] == "block" and flags["--recompute-num-layers"] == str(-(-chunk // 2))
+
+
+@pytest.mark.parametrize(("recompute", "every", "expected"), [
+    ("none", 1, {"mode": "none"}),
+    ("full", 1, {"mode": "full"}),
+    ("full", 3, {"mode": "selective", "selective_ac_option": "3"}),  # full AC on every 3rd layer (_apply_layer_sac)
+    ("op-sac", 1, {"mode": "selective", "selective_ac_option": "op"}),
+    ("selective", 1, {"mode": "selective", "selective_ac_option": "op"}),  # nearest to Megatron's attention core
+])
+def test_torchtitan_activation_checkpoint_is_one_torchtitan_takes(recompute, every, expected):
+    train = TRAIN.model_copy(update={"recompute": recompute, "recompute_every": every})
+    assert tomllib.loads(export_plan("torchtitan", MODEL, train, SPREAD, CLUSTER, TOKENS))["activation_checkpoint"] \
+        == expected
+
+
+def test_torchtitan_refuses_per_op_sac_on_every_kth_layer_naming_the_stride():
+    train = TRAIN.model_copy(update={"recompute": "op-sac", "recompute_every": 2})
+    with pytest.raises(SpecError) as err:
+        export_plan("torchtitan", MODEL, train, SPREAD, CLUSTER, TOKENS)
+    assert err.value.field == "recompute_every"
+
+
+# torchtitan v0.2.2 (commit 73a0e697) torchtitan/config/job_config.py: the fields the export writes, with their
+# types (a tuple: the Literal's choices). ConfigManager._dict_to_dataclass refuses any other key; it does not check
+# Literal values from TOML (the trainer does, later: "Invalid AC mode"), so the choices are checked here.
+TITAN_FIELDS: dict[str, dict[str, type | tuple]] = {
+    "job": {"description": str},
+    "model": {"name": str, "flavor": str},
+    "optimizer": {"name": str, "lr": float},
+    "training": {"local_batch_size": int, "global_batch_size": int, "seq_len": int, "steps": int,
+                 "mixed_precision_param": ("bfloat16", "float32")},
+    "compile": {"enable": bool},
+    "parallelism": {"data_parallel_replicate_degree": int, "data_parallel_shard_degree": int,
+                    "fsdp_reshard_after_forward": ("default", "always", "never"), "tensor_parallel_degree": int,
+                    "pipeline_parallel_degree": int, "pipeline_parallel_microbatch_size": int,
+                    "context_parallel_degree": int, "pipeline_parallel_schedule": str,
+                    "pipeline_parallel_layers_per_stage": int, "expert_parallel_degree": int,
+                    "pipeline_parallel_first_stage_less_layers": int, "pipeline_parallel_last_stage_less_layers": int},
+    "activation_checkpoint": {"mode": ("selective", "full", "memory_budget", "none"), "selective_ac_option": str},
+}
+
+
+def _titan_exports() -> list[str]:
+    """torchtitan exports that between them write every key: dense, each recompute policy, interleaved, cp, MoE."""
+    out = [export_plan("torchtitan", MODEL, TRAIN.model_copy(update={"recompute": r, "recompute_every": k}), SPREAD,
+                       CLUSTER, TOKENS) for r, k in (("none", 1), ("full", 1), ("full", 4), ("op-sac", 1))]
+    out.append(export_plan("torchtitan", MODEL, TRAIN.model_copy(update={"framework": "fsdp2", "compile": True}),
+                           SPREAD, CLUSTER, TOKENS))
+    deep = TrainingSpec(seq_len=4096, global_batch=64, framework="fsdp2", zero_stage=3)
+    out.append(export_plan("torchtitan", ZOO["llama-2-13b"], deep, next(
+        p for p in rank_plans(ZOO["llama-2-13b"], deep, CLUSTER, tokens=TOKENS).plans if p.vp > 1), CLUSTER, TOKENS))
+    moe = TrainingSpec(seq_len=16384, global_batch=16, framework="fsdp2", zero_stage=3, recompute="full")
+    big = parse_cluster_yaml("name: big\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 8}]")
+    plans = rank_plans(ZOO["mixtral-8x7b"], moe, big, tokens=TOKENS).plans
+    for want in (lambda p: p.ep > 1, lambda p: p.cp > 1):
+        out.append(export_plan("torchtitan", ZOO["mixtral-8x7b"], moe, next(p for p in plans if want(p)), big, TOKENS))
+    return out
+
+
+def test_torchtitan_keys_and_values_are_those_of_torchtitans_job_config():
+    written: set[tuple[str, str]] = set()
+    for text in _titan_exports():
+        for section, values in tomllib.loads(text).items():
+            for key, value in values.items():
+                kind = TITAN_FIELDS[section][key]  # KeyError: a key torchtitan refuses
+                assert value in kind if isinstance(kind, tuple) else type(value) is kind, (section, key, value)
+                written.add((section, key))
+        ac = tomllib.loads(text)["activation_checkpoint"]
+        if ac["mode"] == "selective":  # _apply_ac_to_transformer_block: "op" or a positive layer stride
+            assert ac["selective_ac_option"] == "op" or ac["selective_ac_option"].isdigit()
+    assert written == {(s, k) for s, keys in TITAN_FIELDS.items() for k in keys}  # the table is what we write
+
+
+TITAN_LOADER = r"""
+import dataclasses, importlib.util, json, sys, types, typing
+# torchtitan/__init__.py imports its model zoo (triton kernels); the config parser needs only torchtitan.config
+spec = importlib.util.find_spec("torchtitan")
+pkg = types.ModuleType("torchtitan")
+pkg.__path__ = list(spec.submodule_search_locations)
+sys.modules["torchtitan"] = pkg
+import tomllib
+from torchtitan.config import ConfigManager
+out = []
+for path in sys.argv[1:]:
+    config = ConfigManager().parse_args(["--job.config_file", path])
+    written = tomllib.load(open(path, "rb"))
+    bad = []
+    for section, values in written.items():
+        obj = getattr(config, section)
+        hints = typing.get_type_hints(type(obj))
+        for key in values:
+            hint = hints[key]
+            if typing.get_origin(hint) is typing.Literal and getattr(obj, key) not in typing.get_args(hint):
+                bad.append([section, key, getattr(obj, key)])
+    out.append({"config": {s: {k: getattr(getattr(config, s), k) for k in v} for s, v in written.items()},
+                "bad": bad})
+print(json.dumps(out))
+"""
+
+
+def test_torchtitan_config_loads_through_torchtitans_own_config_manager(tmp_path):
+    """torchtitan 0.2.x (the releases that read TOML) parses every export with ConfigManager, keeps each value, and
+    each Literal field holds one of its choices. Needs `pip install --no-deps torchtitan==0.2.2 tyro` (CPU torch)."""
+    import importlib.metadata
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("torchtitan") is None or importlib.util.find_spec("tyro") is None:
+        pytest.skip("torchtitan 0.2.x and tyro are not installed (pip install --no-deps torchtitan==0.2.2 tyro)")
+    if not importlib.metadata.version("torchtitan").startswith("0.2."):
+        pytest.skip("torchtitan reads TOML job configs in 0.2.x only")
+    paths = []
+    for i, text in enumerate(_titan_exports()):
+        paths.append(tmp_path / f"titan{i}.toml")
+        paths[-1].write_text(text, encoding="utf-8")
+    run = subprocess.run([sys.executable, "-c", TITAN_LOADER, *map(str, paths)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for path, parsed in zip(paths, json.loads(run.stdout.splitlines()[-1]), strict=True):
+        assert parsed["bad"] == [], path.name
+        assert parsed["config"] == tomllib.loads(path.read_text(encoding="utf-8")), path.name
+
+
+def test_slurm_time_limit_is_the_prediction_plus_a_fifth_in_every_component():
+    from frenzy_core.export import _slurm_time
+
+    for plan, train, cluster, components in ((SPREAD, TRAIN, CLUSTER, 1), (HET, TRAIN96, MIXED, 2)):
+        for hours in (0.5, 30.0):
+            timed = dataclasses.replace(plan, time_to_train_s=hours * 3600)
+            text = export_plan("slurm", MODEL, train, timed, cluster, TOKENS)
+            limits = [line for line in text.splitlines() if line.startswith("#SBATCH --time=")]
+            assert limits == [f"#SBATCH --time={_slurm_time(hours * 3600 * 1.2)}"] * components
+    assert _slurm_time(0.5 * 3600 * 1.2) == "0-00:36:00" and _slurm_time(30 * 3600 * 1.2) == "1-12:00:00"
+
+
+def test_heterogeneous_slurm_job_runs_every_group_and_fails_when_one_does(tmp_path):
+    from test_export_hostile import run_with_stubs
+
+    text = export_plan("slurm", MODEL, TRAIN96, HET, MIXED, TOKENS)
+    run, calls = run_with_stubs(text, tmp_path / "ok")
+    assert run.returncode == 0, run.stderr
+    sruns = [c for c in calls if c[0] == "srun"]
+    assert sorted(_flags(c)["--het-group"] for c in sruns) == ["0", "1"]
+    assert {_flags(c)["--rdzv-endpoint"] for c in sruns} == {"n-0:29500"}  # the first host of het group 0
+    assert {_flags(c)["--rdzv-id"] for c in sruns} == {"4242"}
+    failed, _ = run_with_stubs(text, tmp_path / "fail", env={"STUB_FAIL": "srun"})
+    assert failed.returncode != 0
+
+
+def test_slurm_script_outside_slurm_stops_naming_sbatch(tmp_path):
+    from test_export_hostile import run_with_stubs
+
+    run, calls = run_with_stubs(export_plan("slurm", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS), tmp_path,
+                                unset=("SLURM_JOB_NODELIST",))
+    assert run.returncode != 0 and "sbatch" in run.stderr and not [c for c in calls if c[0] == "srun"]
+
+
+# --- uneven pipeline stages ------------------------------------------------------------------------------------------
+GPT2_MCORE = TrainingSpec(seq_len=1024, global_batch=64, framework="megatron", distributed_optimizer=True)
+FOUR = parse_cluster_yaml("name: four\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 4}]")
+
+
+def _uneven_plan(vp: int = 1) -> Plan:
+    """GPT-2 (12 layers) on 4 stages as 2 + 4 + 4 + 2 layers (vp = 1: a planner plan; vp = 2: the same split)."""
+    from dataclasses import replace
+
+    base = rank_plans(ZOO["gpt2"], GPT2_MCORE, FOUR, tokens=TOKENS, micro_batch=1)
+    plan = next(p for p in base.plans if p.pp == 4)
+    return replace(plan, vp=vp, first_stage_layers=2, last_stage_layers=2)
+
+
+def test_an_uneven_megatron_plan_carries_its_first_and_last_stage_layers():
+    flags = _flags(_shell_words(export_plan("megatron", ZOO["gpt2"], GPT2_MCORE, _uneven_plan(), FOUR, TOKENS)))
+    assert flags["--decoder-first-pipeline-num-layers"] == "2" and flags["--decoder-last-pipeline-num-layers"] == "2"
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags
+    assert "--num-virtual-stages-per-pipeline-rank" not in flags
+
+
+def test_an_uneven_interleaved_plan_names_its_virtual_stages_per_rank_not_layers_per_chunk():
+    # Megatron's validate_args: with --decoder-first/last-pipeline-num-layers the interleaving must be given as
+    # --num-virtual-stages-per-pipeline-rank
+    flags = _flags(_shell_words(export_plan("megatron", ZOO["gpt2"], GPT2_MCORE, _uneven_plan(2), FOUR, TOKENS)))
+    assert flags["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert "--num-layers-per-virtual-pipeline-stage" not in flags
+    assert flags["--decoder-first-pipeline-num-layers"] == "2"
+
+
+def test_only_the_set_end_of_an_uneven_plan_gets_its_flag():
+    from dataclasses import replace
+
+    plan = replace(_uneven_plan(), pp=3, first_stage_layers=0, last_stage_layers=2)  # 5 + 5 + 2 of 12
+    flags = _flags(_shell_words(export_plan("megatron", ZOO["gpt2"], GPT2_MCORE, plan, FOUR, TOKENS)))
+    assert flags["--decoder-last-pipeline-num-layers"] == "2" and "--decoder-first-pipeline-num-layers" not in flags
+
+
+def test_slurm_and_kubernetes_launch_the_uneven_split_too():
+    plan = _uneven_plan()
+    assert "--decoder-first-pipeline-num-layers 2" in export_plan("slurm", ZOO["gpt2"], GPT2_MCORE, plan, FOUR, TOKENS)
+    job = yaml.safe_load(export_plan("kubernetes", ZOO["gpt2"], GPT2_MCORE, plan, FOUR, TOKENS))
+    command = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--decoder-last-pipeline-num-layers") + 1] == "2"
+
+
+@pytest.mark.parametrize("fmt", ["deepspeed", "accelerate"])
+def test_deepspeed_and_accelerate_refuse_an_uneven_plan_naming_it_and_megatron(fmt):
+    plan = _uneven_plan()
+    with pytest.raises(SpecError) as err:
+        export_plan(fmt, ZOO["gpt2"], GPT2_MCORE, plan, FOUR, TOKENS)
+    assert plan.label() in str(err.value) and "export it for megatron" in str(err.value)
+
+
+def test_torchtitan_lightens_the_ends_of_an_uneven_plan_and_refuses_it_interleaved():
+    # torchtitan's pipeline_parallel_first/last_stage_less_layers: (12 + 2 + 2) / 4 = 4 per stage, less 2 at each end
+    titan = tomllib.loads(export_plan("torchtitan", ZOO["gpt2"], GPT2_MCORE, _uneven_plan(), FOUR, TOKENS))
+    assert titan["parallelism"]["pipeline_parallel_first_stage_less_layers"] == 2
+    assert titan["parallelism"]["pipeline_parallel_last_stage_less_layers"] == 2
+    with pytest.raises(SpecError) as err:
+        export_plan("torchtitan", ZOO["gpt2"], GPT2_MCORE, _uneven_plan(2), FOUR, TOKENS)
+    assert _uneven_plan(2).label() in str(err.value) and "megatron" in str(err.value)
+
+
+def test_torchtitan_even_pipelines_take_no_layers_off_their_ends():
+    # torchtitan's default 1 / 1 would put 8, 9, 8, 7 of 32 layers on 4 stages (and 9 virtual stages of 4 layers on
+    # 4 ranks with interleaving): an even plan writes 0 / 0
+    for text in _titan_exports():
+        par = tomllib.loads(text)["parallelism"]
+        if par["pipeline_parallel_degree"] > 1:
+            assert par["pipeline_parallel_first_stage_less_layers"] == 0
+            assert par["pipeline_parallel_last_stage_less_layers"] == 0
+
+
+def test_a_plan_whose_stages_cannot_hold_the_layers_is_refused_naming_the_rule():
+    from dataclasses import replace
+
+    with pytest.raises(SpecError) as err:  # 12 layers do not split evenly over 5 stages
+        export_plan("megatron", ZOO["gpt2"], GPT2_MCORE, replace(_uneven_plan(), pp=5, first_stage_layers=0,
+                                                                 last_stage_layers=0), FOUR, TOKENS)
+    assert err.value.field == "pp"
+
+
+def test_uneven_405b_plan_from_the_planner_exports_for_megatron():
+    from test_plans import H100_1024, LLAMA_405B, MCORE
+
+    plan = next(p for p in rank_plans(LLAMA_405B, MCORE, H100_1024, tokens=TOKENS).plans if p.uneven)
+    flags = _flags(_shell_words(export_plan("megatron", LLAMA_405B, MCORE, plan, H100_1024, TOKENS)))
+    for flag, value in (("--decoder-first-pipeline-num-layers", plan.first_stage_layers),
+                        ("--decoder-last-pipeline-num-layers", plan.last_stage_layers)):
+        assert flags.get(flag) == (str(value) if value else None)
+    assert flags["--pipeline-model-parallel-size"] == str(plan.pp)
