@@ -13,10 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_FLAG_INT, MAX_REPORTED_SKIPS
 
 EXIT_BAD_INPUT = 2
-MAX_FLAG_INT = 2**40  # no integer flag means anything near this; larger ones would overflow int64 arithmetic
-MAX_REPORTED_SKIPS = 1000  # skipped trace rows listed one by one in --json (all are counted)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,6 +107,13 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
     p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
     p.add_argument("--moe-grouped-gemm", action="store_true", help="Megatron --moe-grouped-gemm (TE GroupedLinear)")
+    _OVERLAP = {"auto": None, "on": True, "off": False}
+    p.add_argument("--overlap-dp-comm", default="auto", choices=list(_OVERLAP), type=str,
+                   help="data-parallel comm hidden behind compute (Megatron --overlap-grad-reduce/--overlap-param-"
+                        "gather, FSDP prefetch, DeepSpeed overlap_comm); auto: on for megatron, fsdp2 and ZeRO-3")
+    p.add_argument("--tp-comm-overlap", default="auto", choices=list(_OVERLAP), type=str,
+                   help="tensor-parallel comm hidden behind the GEMMs (Megatron --tp-comm-overlap, torchtitan "
+                        "AsyncTP); auto: on for megatron with --sequence-parallel")
     for flag, default in (("reduce-bucket-size", "5e8"), ("stage3-max-live-parameters", "1e9"),
                           ("stage3-max-reuse-distance", "1e9")):
         p.add_argument(f"--{flag}", type=_elements, default=0, metavar="N",
@@ -151,6 +157,8 @@ def _training(args, dp: int = 1):
         recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
         fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,
+        overlap_dp_comm={"on": True, "off": False}.get(getattr(args, "overlap_dp_comm", "auto")),
+        tp_comm_overlap={"on": True, "off": False}.get(getattr(args, "tp_comm_overlap", "auto")),
         reduce_bucket_size=args.reduce_bucket_size, stage3_max_live_parameters=args.stage3_max_live_parameters,
         stage3_max_reuse_distance=args.stage3_max_reuse_distance,
     )
@@ -256,18 +264,55 @@ def cmd_plans(args) -> int:
         print(dumps_strict([{**p.as_dict(), "memory_bytes": int(p.memory_bytes), "cost": p.cost_usd} for p in top]))
         return 0
     print(f"{len(result.plans)} feasible plans for {model.name} on {cluster.name}, ranked by {args.objective}:")
-    # the vp / cp / ep columns only where some listed plan uses them
-    extra = [k for k in ("vp", "cp", "ep") if any(getattr(p, k) > 1 for p in top)]
-    print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3}{''.join(f' {k:>3}' for k in extra)} {'gpus':>5} {'mb':>3} "
-          f"{'GiB/GPU':>8} {'step s':>8} {'days':>7} {'GPU-h':>9} {'cost $':>10}")
+    # the vp / cp / ep columns only where some listed plan uses them; first / last (layers) where one is uneven
+    extra = {k: (k, 3) for k in ("vp", "cp", "ep") if any(getattr(p, k) > 1 for p in top)}
+    if any(p.first_stage_layers or p.last_stage_layers for p in top):
+        extra |= {"first_stage_layers": ("first", 5), "last_stage_layers": ("last", 4)}
+    print(f"{'#':>3} {'gpu':12} {'d':>4} {'t':>3} {'p':>3}{''.join(f' {h:>{w}}' for h, w in extra.values())} "
+          f"{'gpus':>5} {'mb':>3} {'GiB/GPU':>8} {'step s':>8} {'days':>7} {'GPU-h':>9} {'cost $':>10}")
     for i, p in enumerate(top, 1):
-        cols = "".join(f" {getattr(p, k):>3}" for k in extra)
+        cols = "".join(f" {getattr(p, k):>{w}}" for k, (_, w) in extra.items())
         print(f"{i:>3} {p.gpu_type:12} {p.dp:>4} {p.tp:>3} {p.pp:>3}{cols} {p.num_gpus:>5} {p.micro_batch:>3} "
               f"{p.memory_bytes / 2**30:>8.1f} {p.step_time_s:>8.3f} {p.time_to_train_s / 86400:>7.2f} "
               f"{p.gpu_hours:>9.0f} {p.cost_usd:>10.0f}")
     if result.why_top:
         print(result.why_top)
     print(result.ranking_text)
+    return 0
+
+
+def cmd_estimate(args) -> int:
+    """One fixed split in, its step time, throughput and memory out (frenzy_core.estimate, the code plans ranks by)."""
+    from frenzy_core.estimate import estimate
+    from frenzy_core.gpus import get_gpu
+    from frenzy_core.training import Parallelism
+
+    model = _model(args)
+    par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp, ep=args.ep, etp=args.etp,
+                      first_stage_layers=args.first_stage_layers, last_stage_layers=args.last_stage_layers)
+    training = _training(args, dp=args.dp)
+    gpu = get_gpu(args.gpu)
+    result = estimate(model, training, par, gpu, num_gpus=args.gpus, gpus_per_node=args.gpus_per_node,
+                      intra_link_gbyte_s=args.intra_node_gbps, network_gbit_s=args.inter_node_gbps,
+                      method=args.method)
+    if args.json:
+        print(dumps_strict(result.as_dict()))
+        return 0
+    st = result.step
+    print(f"{model.name} on {par.num_gpus} x {gpu.name} ({par.label()}), micro-batch {training.micro_batch}, "
+          f"{st.micro_batches:g} micro-batches per replica")
+    print(f"  step {result.step_time_s:.4f} s, {result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, "
+          f"{result.model_tflops_per_gpu:.1f} model TFLOP/s per GPU, MFU {result.mfu:.1%}")
+    for part in result.parts:
+        hidden = f" (+{part.overlapped_s:.4f} s overlapped)" if part.overlapped_s else ""
+        print(f"  {part.name:10} {part.exposed_s:10.4f} s{hidden}")
+    verdict = "fits" if result.fits else "does NOT fit"
+    print(f"  allocated {_fmt_bytes(result.allocated_bytes)}, reserved {_fmt_bytes(result.reserved_bytes)}, "
+          f"nvidia-smi {_fmt_bytes(result.total_bytes)}: {verdict} in {result.usable_bytes / 2**30:.1f} GiB "
+          f"({gpu.memory_gib:g} GiB less the planner's safety margin)")
+    if par.pp > 1:
+        print("  per stage allocated: " + ", ".join(f"{v / 2**30:.2f}" for v in result.per_stage_allocated_bytes)
+              + f" GiB; layers {', '.join(map(str, par.stage_layers(model.num_layers)))}")
     return 0
 
 
@@ -457,7 +502,24 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 def _interruptible(args, command: str, what: str, call):
     """`call(progress)` with a progress display and stdout sent to stderr; on Ctrl-C (the sweep has already stopped
-    its runs) one line on stderr and None."""
+    its runs) one line on stderr and None.
+
+    The first Ctrl-C raises KeyboardInterrupt and ignores the ones after it until the command exits: a second one
+    used to land inside the sweep's cleanup (ray.shutdown(), stopping the pool) and leave Ray's agents running."""
+    import signal
+    import threading
+
+    fired = []
+
+    def first_ctrl_c(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop that follows must run to its end
+        fired.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    ours = previous is signal.default_int_handler and threading.current_thread() is threading.main_thread()
+    if ours:
+        signal.signal(signal.SIGINT, first_ctrl_c)
     progress, close = _sweep_progress(args, what)
     try:
         with _StdoutToStderr():
@@ -466,6 +528,9 @@ def _interruptible(args, command: str, what: str, call):
         close()
         print(f"frenzy {command}: interrupted; the runs left were cancelled", file=sys.stderr)
         return None
+    finally:
+        if ours and not fired:  # after a Ctrl-C the command is exiting 130: later ones stay ignored
+            signal.signal(signal.SIGINT, previous)
     close()
     return out
 
@@ -473,11 +538,12 @@ def _interruptible(args, command: str, what: str, call):
 def _whatif_inputs(args):
     """Today's cluster, the candidates (today first) and the workload (label, Trace or WeeklyJobs) from the flags."""
     from frenzy_core.cluster import load_cluster
+    from frenzy_core.limits import MAX_SEEDS, bounded_int
     from frenzy_core.traces import load_trace
     from frenzy_core.whatif import WeeklyJobs, build_candidates, parse_addition, parse_weekly_job
 
-    if args.seeds < 1:
-        raise SpecError("seeds", f"must be at least 1, got {args.seeds}")
+    # before range(args.seeds) is ever materialised (the flag allows up to 2^40)
+    bounded_int(args.seeds, "seeds", 1, MAX_SEEDS, "use fewer (--seeds; 10 already give tight 95% intervals)")
     if args.limit_jobs < 0:
         raise SpecError("limit_jobs", f"must be 0 (all jobs) or positive, got {args.limit_jobs}")
     if bool(args.trace) == bool(args.job):
@@ -612,8 +678,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_args(p, split=False)
     p.add_argument("--cluster", required=True, help="cluster YAML (see sample_clusters/)")
     p.add_argument("--objective", default="time", choices=["time", "gpu-hours", "cost", "gpus"])
-    p.add_argument("--tokens", type=float, default=1e10, help="token budget to train for (default 1e10)")
-    p.add_argument("--safety-margin", type=float, default=0.10, help="fraction of GPU memory kept free (0.10)")
+    p.add_argument("--tokens", type=float, default=DEFAULT_TOKENS, help=f"token budget to train for ({DEFAULT_TOKENS:g})")
+    p.add_argument("--safety-margin", type=float, default=DEFAULT_SAFETY_MARGIN,
+                   help=f"fraction of GPU memory kept free ({DEFAULT_SAFETY_MARGIN})")
     p.add_argument("--top", type=int, default=10, help="show the best K plans (0 = all)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--deadline", help="train the token budget within this time: hours, or 72h, 3d, 90m")
@@ -626,6 +693,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export", choices=["megatron", "deepspeed", "torchtitan", "accelerate", "slurm", "kubernetes"],
                    help="print the launch file of the top plan instead of the table")
     p.set_defaults(func=cmd_plans)
+
+    p = sub.add_parser("estimate", help="step time, throughput and memory of one fixed split (the numbers plans ranks)")
+    _add_model_args(p)
+    _add_training_args(p)
+    p.add_argument("--first-stage-layers", type=int, default=0, metavar="K",
+                   help="layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers; 0: even)")
+    p.add_argument("--last-stage-layers", type=int, default=0, metavar="K",
+                   help="layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers; 0: even)")
+    p.add_argument("--gpu", required=True, help="GPU type (see `frenzy gpus`)")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs in all; must equal dp x tp x pp x cp (the default)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--intra-node-gbps", type=float, default=None,
+                   help="each GPU's link inside a node in GB/s (gigabytes, as the cluster YAML's intra_link_gbyte_s; "
+                        "default: the GPU type's)")
+    p.add_argument("--inter-node-gbps", type=float, default=100.0,
+                   help="each node's network link in Gbit/s (gigabits, as the cluster YAML's network_gbit_s; "
+                        "default 100)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("scenario", help="run a scenario YAML (see sample_scenarios/)")
     scen = p.add_subparsers(dest="action", required=True)

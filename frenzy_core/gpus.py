@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.limits import Name
 
 GIB = 1 << 30
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric"]
@@ -31,7 +32,7 @@ class GPUType(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # NaN passes every `<= 0` check
 
-    name: str  # catalog key, e.g. "A100-80GB"
+    name: Name  # catalog key, e.g. "A100-80GB" (limits.check_name: it reaches launch files and node selectors)
     memory_gib: float  # nominal device memory (GiB)
     bf16_tflops: float  # dense tensor-core peak for bf16 (fp16 where bf16 is absent)
     fp32_tflops: float  # peak for fp32 training (TF32 tensor cores where present)
@@ -40,6 +41,13 @@ class GPUType(BaseModel):
     intra_link_gbyte_s: float = 32.0  # per-GPU unidirectional GPU-to-GPU bandwidth inside a node, GB/s
     price_per_hour_usd: float = 1.0  # typical on-demand price per GPU-hour
     mfu: float = 0.40  # model-FLOPs utilisation of bf16/fp16 training: measured where mfu_source says so
+    # The `mfu` run's achieved fraction of peak over the FLOPs perf.py counts as executed (recomputation included,
+    # causal attention over s / 2 keys): its publisher's MFU or HFU x (perf.py's FLOPs / the publisher's FLOPs) on
+    # that run. perf.py charges every FLOP at it. None = mfu (already in perf.py's count).
+    hw_efficiency: float | None = None
+    # Dense (no 2:4 sparsity) fp8 tensor-core peak: the rate of Transformer Engine / torchao fp8 linears; None = the
+    # part has no fp8 tensor cores (fp8 linears then run at bf16_tflops, as TE falls back to a bf16 GEMM)
+    fp8_tflops: float | None = None
     source: str = ""  # where the datasheet figures (memory, peaks, bandwidths, price) come from
     # Measured behaviour, next to the datasheet numbers above (docs/perf.md, bench/step_time_calibration.py):
     fp32_mfu: float | None = None  # achieved fraction of fp32_tflops in fp32 training; None = mfu
@@ -58,7 +66,9 @@ class GPUType(BaseModel):
             raise ValueError(f"memory_gib must be at most {MAX_GPU_MEMORY_GIB:,} (GiB per GPU), got {self.memory_gib}")
         if self.price_per_hour_usd < 0:
             raise ValueError(f"price_per_hour_usd must be >= 0, got {self.price_per_hour_usd}")
-        for field in ("mfu", "fp32_mfu", "intra_link_efficiency", "network_efficiency"):
+        if self.fp8_tflops is not None and self.fp8_tflops <= 0:
+            raise ValueError(f"fp8_tflops must be positive (or None: no fp8 tensor cores), got {self.fp8_tflops}")
+        for field in ("mfu", "hw_efficiency", "fp32_mfu", "intra_link_efficiency", "network_efficiency"):
             value = getattr(self, field)
             if value is not None and not 0 < value <= 1:
                 raise ValueError(f"{field} must be in (0, 1], got {value}")
@@ -71,13 +81,22 @@ class GPUType(BaseModel):
         return int(self.memory_gib * GIB)
 
     def peak_tflops(self, compute_dtype: str) -> float:
+        """Dense tensor-core peak for "bf16", "fp32" or "fp8" (fp8 falls back to bf16 on parts without fp8 cores)."""
+        if compute_dtype == "fp8":
+            return self.bf16_tflops if self.fp8_tflops is None else self.fp8_tflops
         return self.bf16_tflops if compute_dtype == "bf16" else self.fp32_tflops
 
     def efficiency(self, compute_dtype: str) -> float:
-        """Achieved fraction of `peak_tflops(compute_dtype)`: `mfu` for bf16/fp16, `fp32_mfu` (else `mfu`) for fp32."""
-        if compute_dtype == "bf16" or self.fp32_mfu is None:
-            return self.mfu
-        return self.fp32_mfu
+        """Achieved fraction of `peak_tflops(compute_dtype)` over every FLOP perf.py counts as executed: for
+        bf16/fp16 (and fp8, assumed the same fraction of its own peak: no fp8 calibration run) `hw_efficiency`,
+        else `mfu`; `fp32_mfu` (else that) for fp32.
+
+        >>> CATALOG["A100-40GB"].efficiency("bf16"), CATALOG["H100-80GB"].efficiency("fp8")
+        (0.6479, 0.4465)
+        """
+        if compute_dtype == "fp32" and self.fp32_mfu is not None:
+            return self.fp32_mfu
+        return self.mfu if self.hw_efficiency is None else self.hw_efficiency
 
     def achieved_tflops(self, compute_dtype: str = "bf16") -> float:
         """Peak x efficiency: the TFLOP/s one GPU of this type delivers to training."""
@@ -85,7 +104,17 @@ class GPUType(BaseModel):
 
 
 _NV_A100 = "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 156 TF TF32, NVLink3 600 GB/s bidirectional"
-_NV_H100 = "NVIDIA H100 datasheet (SXM5): 989 TF bf16 dense, 3.35 TB/s, NVLink4 900 GB/s bidirectional"
+_NV_H100 = ("NVIDIA H100 datasheet (SXM5): 989 TF bf16 dense, 3,958 TF fp8 with sparsity = 1,979 dense, 3.35 TB/s, "
+            "NVLink4 900 GB/s bidirectional")
+_NV_B200 = ("NVIDIA DGX B200 datasheet (2024): 8 GPUs, 1,440 GB HBM3e (180 GB each), 64 TB/s (8 TB/s each), 72 PFLOPS "
+            "fp8 training with sparsity (9 PF each = 4.5 PF dense; bf16 half of fp8, TF32 a quarter), NVLink5 "
+            "14.4 TB/s aggregate (1.8 TB/s bidirectional each)")
+_NV_GB200 = ("NVIDIA GB200 NVL72 datasheet (2024): 72 Blackwell GPUs in one NVLink domain, up to 13.4 TB HBM3e "
+             "(186 GB each), 576 TB/s (8 TB/s each), fp8 720 PF / bf16 360 PF / TF32 180 PF with sparsity "
+             "(dense per GPU: 5,000 / 2,500 / 1,250 TF), NVLink5 130 TB/s (1.8 TB/s bidirectional each)")
+_TITAN_H100_96 = ("pytorch/torchtitan@b5bcd76c benchmarks/llama3_h100_202412_torchtitan.md: 'Each H100 GPU is "
+                  "equipped with 96GB HBM2e with 2.4 TB/sec peak memory bandwidth', 500 W power limit (Grand "
+                  "Teton); peaks the GH100 SXM's, 989 TF bf16 / 1,979 TF fp8 dense (torchtitan's own MFU uses 989 TF for it)")
 _LAMBDA = "price: Lambda Cloud on-demand list, 2024"
 # Measured figures (docs/perf.md "Calibration"). LLM MFU: mosaicml/llm-foundry @ c90b9b312c644dbde5c9e6eef75c6f1c117d8782,
 # scripts/train/benchmarking/README.md, the row "7b | 2048 | 8 GPUs" of each GPU's table (MFU column, FSDP, bf16,
@@ -94,6 +123,11 @@ _LAMBDA = "price: Lambda Cloud on-demand list, 2024"
 # bench/step_time_calibration.py (2026-12-01): fp32_mfu and step_overhead_s from one-GPU rows (slope and intercept),
 # link efficiencies = median nominal ring time / measured sync_time (single-node resp. multi-node rows).
 _FOUNDRY = "mosaicml/llm-foundry@c90b9b31 scripts/train/benchmarking/README.md"
+# llm-foundry's MFU counts 3 x (2 N + 4 l h s) FLOPs per token (all s keys: "attn_flops_per_seq = n_layers * 2 * 2 *
+# (d_model * (seq_len**2))"), its HFU 4 x that with activation checkpointing; perf.py counts MPT-7B at seq 2048 as
+# 41.51 GFLOP per token (causal s / 2 keys) against their 43.17 (x 0.9615), with full recompute 54.94 against 57.57
+# (x 0.9544): hw_efficiency = the published figure x that ratio (tests/test_gpus.py recomputes it).
+_TO_PERF_FLOPS = "x perf.py's / llm-foundry's FLOPs per token on that run"
 _SIA = "Sia SOSP'23 profiles (siasosp23/artifacts@aaf7a0de sia-simulator/traces), bench/step_time_calibration.py"
 _NOMINAL = "links nominal: the LLM MFU is end-to-end, its all-reduce included"
 _MEGATRON_V1 = ("nv-adlr/nv-adlr.github.io@1576088d _projects/megatron-lm-v1.md: GPT-2 1.2B on one V100 of a DGX-2H "
@@ -103,26 +137,60 @@ _TITAN = ("cross-check pytorch/torchtitan@eaea6f6a docs/performance.md: Llama 3.
 
 _CATALOG_LIST = [
     GPUType(name="A100-40GB", memory_gib=40, bf16_tflops=312, fp32_tflops=156, memory_bandwidth_gbyte_s=1555,
-            intra_link="nvlink", intra_link_gbyte_s=300, price_per_hour_usd=1.29, mfu=0.509,
+            intra_link="nvlink", intra_link_gbyte_s=300, price_per_hour_usd=1.29, mfu=0.509, hw_efficiency=0.6479,
             source=f"{_NV_A100}; 1.555 TB/s HBM2; {_LAMBDA}",
             fp32_mfu=0.399, step_overhead_s=0.121,
-            mfu_source=f"{_FOUNDRY}: a100_40gb 7b seq 2048 8 GPUs MFU 50.92 (datasheet-era assumption was 0.45)",
+            mfu_source=f"{_FOUNDRY}: a100_40gb 7b seq 2048 8 GPUs MFU 50.92, HFU 67.89 (the run recomputes every "
+                       "block: 8N FLOPs per token executed, 6N counted; datasheet-era assumption was 0.45); hw_efficiency = "
+                       f"HFU 0.6789 {_TO_PERF_FLOPS} (0.9544)",
             calibration_source=f"{_SIA}: dgx/dgx-ext bert one-GPU fit (TF32); {_NOMINAL}"),
     GPUType(name="A100-80GB", memory_gib=80, bf16_tflops=312, fp32_tflops=156, memory_bandwidth_gbyte_s=2039,
-            intra_link="nvlink", intra_link_gbyte_s=300, price_per_hour_usd=1.79, mfu=0.642,
+            intra_link="nvlink", intra_link_gbyte_s=300, price_per_hour_usd=1.79, mfu=0.642, hw_efficiency=0.6176,
             source=f"{_NV_A100}; 2.039 TB/s HBM2e; {_LAMBDA}",
             fp32_mfu=0.399, step_overhead_s=0.121,
-            mfu_source=f"{_FOUNDRY}: a100_80gb 7b seq 2048 8 GPUs MFU 64.23",
+            mfu_source=f"{_FOUNDRY}: a100_80gb 7b seq 2048 8 GPUs MFU 64.23; hw_efficiency = MFU {_TO_PERF_FLOPS} "
+                       "(0.9615: no recompute, MFU = HFU)",
             calibration_source=f"{_SIA}: the A100-40GB fit (same GA100 chip); {_NOMINAL}"),
     GPUType(name="H100-80GB", memory_gib=80, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=3350,
-            intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=2.99, mfu=0.464,
-            source=f"{_NV_H100}; {_LAMBDA}",
-            mfu_source=f"{_FOUNDRY}: h100_80gb 7b seq 2048 8 GPUs MFU 46.44; {_TITAN}",
+            intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=2.99, mfu=0.464, fp8_tflops=1979,
+            hw_efficiency=0.4465, source=f"{_NV_H100}; {_LAMBDA}",
+            mfu_source=f"{_FOUNDRY}: h100_80gb 7b seq 2048 8 GPUs MFU 46.44; {_TITAN}; hw_efficiency = MFU "
+                       f"{_TO_PERF_FLOPS} (0.9615: no recompute, MFU = HFU)",
             calibration_source=f"not measured: no overhead; {_NOMINAL}"),
     GPUType(name="H200-141GB", memory_gib=141, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=4800,
-            intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=3.79, mfu=0.464,
-            source="NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s, same compute as H100 SXM; price: public cloud lists 2025",
-            mfu_source=f"{_FOUNDRY}: the H100 figure, 7b seq 2048 8 GPUs MFU 46.44 (same GH100 compute; no H200 table found)",
+            intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=3.79, mfu=0.464, fp8_tflops=1979,
+            hw_efficiency=0.4465,
+            source="NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s, same compute as H100 SXM (1,979 TF fp8 dense); "
+                   "price: public cloud lists 2025",
+            mfu_source=f"{_FOUNDRY}: the H100 figure, 7b seq 2048 8 GPUs MFU 46.44 and hw_efficiency 0.4465 "
+                       "(assumed: same GH100 compute; no llm-foundry H200 table, and the accuracy bench's H200 rows "
+                       "are all held out)",
+            calibration_source=f"not measured: no overhead; {_NOMINAL}"),
+    # torchtitan's H100 rows run on this part (bench/data/published_throughput.md): a 500 W cap on GH100 silicon,
+    # so its efficiency is its own, fitted on the one bf16 row of the accuracy bench that is not held out
+    GPUType(name="H100-96GB", memory_gib=96, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=2400,
+            intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=2.99, mfu=0.349, fp8_tflops=1979,
+            source=f"{_TITAN_H100_96}; price: the H100-80GB's (not on public price lists)",
+            mfu_source="fit (2026-12-01): bench/data/published_throughput.jsonl row titan-llama31-8b-h10096-fsdp-"
+                       "compile-8gpu (held_out false; torchtitan@b5bcd76c benchmarks/llama3_h100_202412_torchtitan.md "
+                       "'FSDP + torch.compile' 6,667 tokens/s/GPU, Llama 3.1 8B, seq 8192, bf16): the efficiency "
+                       "perf.step_time needs to reproduce it, 0.349 (MFU 34.9%); torchtitan's own figure for this "
+                       f"setup agrees: {_TITAN}",
+            calibration_source=f"not measured: no overhead; {_NOMINAL}"),
+    GPUType(name="B200", memory_gib=180, bf16_tflops=2250, fp32_tflops=1125, memory_bandwidth_gbyte_s=8000,
+            intra_link="nvlink", intra_link_gbyte_s=900, price_per_hour_usd=5.99, mfu=0.464, fp8_tflops=4500,
+            hw_efficiency=0.4465,
+            source=f"{_NV_B200}; price: public cloud lists 2025 (planning default)",
+            mfu_source=f"{_FOUNDRY}: the H100-80GB figure, h100_80gb 7b seq 2048 8 GPUs MFU 46.44 (assumed: no "
+                       "published B200 run outside the accuracy bench's held-out and fit rows); hw_efficiency the H100's 0.4465",
+            calibration_source=f"not measured: no overhead; {_NOMINAL}"),
+    # One NVL72 rack is one NVLink domain: model it as a 72-GPU node (cluster gpus_per_node 72)
+    GPUType(name="GB200", memory_gib=186, bf16_tflops=2500, fp32_tflops=1250, memory_bandwidth_gbyte_s=8000,
+            intra_link="nvlink", intra_link_gbyte_s=900, price_per_hour_usd=6.99, mfu=0.464, fp8_tflops=5000,
+            hw_efficiency=0.4465,
+            source=f"{_NV_GB200}; price: public cloud lists 2025 (planning default)",
+            mfu_source=f"{_FOUNDRY}: the H100-80GB figure, h100_80gb 7b seq 2048 8 GPUs MFU 46.44 (assumed: no "
+                       "published GB200 run outside the accuracy bench's fit rows); hw_efficiency the H100's 0.4465",
             calibration_source=f"not measured: no overhead; {_NOMINAL}"),
     GPUType(name="MI300X", memory_gib=192, bf16_tflops=1307, fp32_tflops=654, memory_bandwidth_gbyte_s=5300,
             intra_link="infinity-fabric", intra_link_gbyte_s=448, price_per_hour_usd=3.49, mfu=0.30,

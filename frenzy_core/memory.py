@@ -33,8 +33,11 @@ from frenzy_core.training import (
     Parallelism,
     PrecisionSetup,
     TrainingSpec,
+    bounding_stages,
     check_parallelism,
     expert_tp_array,
+    stage_layer_counts,
+    stage_leading_layers,
 )
 
 GIB = 1024**3
@@ -167,7 +170,9 @@ def predict_memory(
     """Peak memory per GPU of one training step of `model` under `training`, split as `par` says.
 
     `training.framework` picks the recipe (frenzy_core.recipes) of the detailed method; "unknown" answers with the
-    highest recipe (see `predict_memory_band` for both ends).
+    highest recipe (see `predict_memory_band` for both ends). Uneven pipeline stages (`par.first_stage_layers`,
+    `par.last_stage_layers`) give each stage its own layers; `per_stage_allocated_bytes` lists every stage and the
+    peak is the most loaded one's.
 
     >>> from frenzy_core.models import ZOO
     >>> predict_memory(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8), method="paper",
@@ -181,7 +186,8 @@ def predict_memory(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
-    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp, par.ep, par.etp)
+    parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp, par.ep, par.etp,
+                             par.first_stage_layers, par.last_stage_layers)
     values = {k: int(v) for k, v in parts.items()}
     phase_name = "static+activations" if method == "paper" else _PHASES[int(phase)]
     if method == "paper":
@@ -236,11 +242,15 @@ def predict_memory_totals(
     vp=1,
     ep=1,
     etp=0,
+    first_stage_layers=0,
+    last_stage_layers=0,
 ) -> np.ndarray:
-    """Vectorised `predict_memory(...).total_bytes` over broadcast int arrays dp, tp, pp, micro_batch (int64 bytes).
+    """Vectorised `predict_memory(...).total_bytes` over broadcast int arrays dp, tp, pp, micro_batch (int64 bytes);
+    cp, vp, ep, etp and the uneven stages' `first_stage_layers` / `last_stage_layers` (0: even) broadcast too.
 
     No validation of the splits: the caller guarantees they divide the model and the batch (plans.py enumerates only
-    those). The framework comes from `training.framework` ("unknown": the highest recipe, element by element).
+    those; `training.uneven_stage_options` lists the valid uneven stages). The framework comes from
+    `training.framework` ("unknown": the highest recipe, element by element).
 
     >>> from frenzy_core.models import ZOO
     >>> predict_memory_totals(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8), np.array([1, 2]), 1, 1, 1,
@@ -253,12 +263,14 @@ def predict_memory_totals(
     if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
         return np.max(
             [
-                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp, ep, etp)
+                predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp, ep, etp, first_stage_layers,
+                                      last_stage_layers)
                 for spec in _known_frameworks(training)
             ],
             axis=0,
         )
-    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp, ep, etp)
+    parts, _ = _evaluate(model, training, *arrays, method, overhead, cp, vp, ep, etp, first_stage_layers,
+                         last_stage_layers)
     return parts["total"]
 
 
@@ -318,12 +330,12 @@ def check_sizes(model: ModelSpec, training: TrainingSpec, micro_batch: int | Non
             )
 
 
-def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1, ep=1, etp=0):
+def _evaluate(model, training, dp, tp, pp, b, method, overhead, cp=1, vp=1, ep=1, etp=0, first=0, last=0):
     """Components (int64 arrays, rounded one by one so they sum to the total), GPU-report totals, peak phase index."""
     if method == "paper":
         parts, phase = _paper(model, training, dp, tp), np.zeros(np.shape(dp), dtype=np.int64)
     else:
-        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp, ep=ep, etp=etp)
+        parts, phase = _detailed(model, training, dp, tp, pp, b, cp=cp, vp=vp, ep=ep, etp=etp, first=first, last=last)
     rounded = {k: np.rint(parts[k]).astype(np.int64) for k in _COMPONENTS}
     tensors = sum(rounded.values())
     pools = np.rint(parts.get("stream_pools", 0.0)).astype(np.int64)
@@ -353,7 +365,8 @@ def _stage_allocated(model, training, par, stages, overhead):
     split = (np.int64(par.dp), np.int64(par.tp), np.int64(par.pp), np.int64(training.micro_batch))
     for stage in stages:
         parts, _ = _detailed(
-            model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp
+            model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp,
+            first=par.first_stage_layers, last=par.last_stage_layers,
         )
         peaks.append(sum(int(np.rint(parts[k])) for k in _COMPONENTS) + overhead.workspace_bytes)
     return peaks
@@ -683,14 +696,15 @@ def model_state_bytes(
     return weights, gradients, optimizer
 
 
-def _stage_layers(model: ModelSpec, p, stage):
-    """(dense layers, MoE layers) on pipeline stage `stage` of p: layers stage x l/p, ..., (stage + 1) x l/p - 1,
-    as `ModelSpec.layers_parameters(start, stop)` splits them (DeepSeek's first_k_dense layers sit on stage 0)."""
-    n = model.num_layers / np.asarray(p, dtype=np.float64)
+def _stage_layers(model: ModelSpec, p, stage, first=0, last=0, vp=1):
+    """(dense layers, MoE layers) on pipeline stage `stage` of p: its `training.stage_layer_counts` share (the
+    uneven first / last stages' own counts, else num_layers / p), in Megatron's order (`stage_leading_layers`:
+    without interleaving stage s holds consecutive layers, as `ModelSpec.layers_parameters(start, stop)` splits
+    them; DeepSeek's first_k_dense layers sit on stage 0)."""
+    n = stage_layer_counts(model.num_layers, p, stage, first, last)
     if not model.is_moe:
         return n, 0.0 * n
-    start = np.asarray(stage, dtype=np.float64) * n
-    dense = np.clip(model.first_k_dense - start, 0.0, n)
+    dense = stage_leading_layers(model.num_layers, model.first_k_dense, p, stage, first, last, vp)
     return dense, n - dense
 
 
@@ -708,7 +722,7 @@ def _layer_weights(model: ModelSpec, t, ep=1, etp=None):
     return dense, moe
 
 
-def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None):
+def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None, layout=(0, 0, 1)):
     """(dense parameters, expert parameters, autocast-castable parameters) on pipeline stage `stage` of p.
 
     Megatron splits each layer's linears and the (vocab-parallel) embedding and LM head by t; norms and learned
@@ -717,10 +731,11 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None):
     `setup_embeddings_and_output_layer`). Biases of row-parallel linears are replicated in Megatron; counting them
     split by t is off by h per layer (negligible). MoE experts are split over ep x etp (Megatron's expert parallelism,
     expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router and shared
-    experts by t. Each stage counts its own layers (`_stage_layers`): dense-first MoE models differ per stage.
+    experts by t. Each stage counts its own layers (`_stage_layers`, `layout` = (first, last, vp)): dense-first MoE
+    models and uneven pipeline stages differ per stage.
     """
     h, V = model.hidden_size, model.vocab_size
-    n_dense, n_moe = _stage_layers(model, p, stage)
+    n_dense, n_moe = _stage_layers(model, p, stage, *layout)
     routed = model.routed_expert_parameters() if model.is_moe else 0
     dense_layer, moe_layer = _layer_weights(model, t)  # ep = 1: the routed experts are added below, split by ep
     moe_layer_no_experts = moe_layer - routed / t
@@ -742,18 +757,18 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None):
     return params, expert_params, castable
 
 
-def _candidate_stages(model: ModelSpec, p):
-    """Stages that bound every stage's peak: the first (most micro-batches in flight), the last (LM head), and for
-    dense-first MoE models the stage holding layer first_k_dense and the next (the first stages with MoE layers)."""
-    stages = [np.zeros(np.shape(p)), p - 1]
-    if model.is_moe and model.first_k_dense:
-        boundary = np.floor(model.first_k_dense / (model.num_layers / p))
-        stages[1:1] = [np.minimum(boundary, p - 1), np.minimum(boundary + 1, p - 1)]
-    return tuple(stages)
+def _candidate_stages(model: ModelSpec, p, first=0, last=0, vp=1):
+    """Stages that bound every stage's peak (`training.bounding_stages`): the first (most micro-batches in flight),
+    the first middle one when the first stage has its own layer count, for dense-first MoE models the stage holding
+    layer first_k_dense and the next (the first stages with MoE layers), and the last (LM head)."""
+    leading = model.first_k_dense if model.is_moe else 0
+    return bounding_stages(model.num_layers, leading, p, first, last, vp)
 
 
-def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1, etp=0):
-    """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`)."""
+def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1, etp=0, first=0,
+              last=0):
+    """Components of the peak and its phase index, on the most loaded stage (or on each of `stages`); `first` and
+    `last` are the uneven first / last stages' layers (0: a middle stage's share)."""
     recipe = run_recipe(training)  # with the run's own DeepSpeed bucket and live-parameter sizes
     blocks = block_recipe(recipe, training)  # what runs inside the transformer blocks (compiled or eager)
     ps = recipe.precision_setup(training.precision)
@@ -845,19 +860,21 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         head_grad = 0.0
     head_grad = head_grad + tokens * act * h / t  # the gradient w.r.t. the head's input
 
+    first_layers, last_layers = (np.asarray(x).astype(np.float64) for x in (first, last))
+    layout = (first_layers, last_layers, v)  # the uneven first / last stages' layers, and vp for the layers' order
     if stages is None:  # these stages bound every stage (a middle one has fewer of both)
-        stages = _candidate_stages(model, p)
+        stages = _candidate_stages(model, p, *layout)
     candidates = []
     for stage in stages:
         last = stage == p - 1
         in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
-        layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage)
+        layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage, first_layers, last_layers)
         # the stage's mix of dense and MoE layers (DeepSeek: first_k_dense dense layers on the first stages)
-        n_dense, n_moe = _stage_layers(model, p, stage)
+        n_dense, n_moe = _stage_layers(model, p, stage, *layout)
         moe_share = n_moe / (n_dense + n_moe)
         layer_bytes = np.where(n_moe > 0, np.maximum(dense_terms[0], moe_terms[0]), dense_terms[0])  # recomputed
         kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
-        params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et)
+        params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et, layout)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
         moe_buffers = np.where(n_moe > 0, moe_gather_buffer + grouped_gemm_workspaces, 0.0)  # kept for the run
         acts = acts + np.where(last, head_activations, 0)
@@ -870,7 +887,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, expert_shard)
         weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
         if training.lora_rank:  # only the adapters train; the frozen base keeps its weights
-            lora = model.num_layers / p * lora_parameters(model, training.lora_rank, training.lora_targets) / t
+            lora = (n_dense + n_moe) * lora_parameters(model, training.lora_rank, training.lora_targets) / t
             frozen = frozen_weight_bytes(model, ps, training.base_quant, params + expert_params, castable, last, t)
             weights, grads, optimizer = model_state_bytes(lora, ps, opt_state, shard_optimizer, shard)
             weights = weights + frozen / (shard if zero >= 3 else 1.0)
@@ -910,7 +927,8 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             grads_persist = False  # DeepSpeed ZeRO-1/2: step() freed them; only earlier micro-batches' remain
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
-            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et, shard, offload == "params"
+            model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et, shard, offload == "params",
+            layout,
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
@@ -1022,7 +1040,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
 
 
 def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage, etp=None, shard=2.0,
-                    params_offloaded=False):
+                    params_offloaded=False, layout=(0, 0, 1)):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -1038,7 +1056,7 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
-    n_dense, n_moe = _stage_layers(model, p, stage)
+    n_dense, n_moe = _stage_layers(model, p, stage, *layout)
     dense_layer, moe_layer = _layer_weights(model, t, ep, etp)
     largest = np.where(n_moe > 0, np.maximum(dense_layer, moe_layer), dense_layer)  # the stage's largest layer
     layer_castable = largest - 2 * model.norm_parameters()
@@ -1090,7 +1108,8 @@ def zero3_gathered_elements(model: ModelSpec, training: TrainingSpec, par: Paral
     p = float(par.pp)
     at_loss, _ = _compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True),
                                  training.recompute == "full", float(par.ep), p - 1, float(par.expert_tp),
-                                 float(par.dp * par.cp), training.offload == "params")
+                                 float(par.dp * par.cp), training.offload == "params",
+                                 (par.first_stage_layers, par.last_stage_layers, par.vp))
     return float(at_loss) / ps.activation_bytes
 
 
@@ -1175,23 +1194,27 @@ def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1) -> float:
     return saved + (recipe.loss_bytes_per_logit - saved) / chunks
 
 
-def in_flight_layers(num_layers: int, p, vp, micro_batches, stage):
+def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last=0):
     """Layers whose activations pipeline rank `stage` holds at once (the micro-batches it has in flight x layers).
 
     1F1B (Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2): rank i runs p - i forwards before its first
-    backward: min(p - i, m) micro-batches of num_layers / p layers. Interleaved 1F1B with vp chunks per rank
+    backward: min(p - i, m) micro-batches of its n_i layers (num_layers / p, or the uneven first / last stage's own
+    count: `training.stage_layer_counts`). Interleaved 1F1B with vp chunks per rank
     (megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving):
     num_warmup = (p - i - 1) x 2 + (vp - 1) x p chunk-forwards (capped by m x vp), plus the one in progress, each of
-    num_layers / (p vp) layers; on rank 0 that is num_layers x (1 + (p - 1) / (p vp)), Megatron's
+    n_i / vp layers; on rank 0 of an even split that is num_layers x (1 + (p - 1) / (p vp)), Megatron's
     theoretical_memory_usage.py interleaved_schedule_memory_penalty.
 
     >>> [float(in_flight_layers(12, 4, vp, 8, rank)) for vp, rank in ((1, 0), (3, 0), (3, 3))]
     [12.0, 15.0, 9.0]
+    >>> float(in_flight_layers(126, 16, 1, 64, 0, 7, 7))  # 16 micro-batches of the first stage's 7 layers
+    112.0
     """
     p, vp, m, stage = (np.asarray(x, dtype=np.float64) for x in (p, vp, micro_batches, stage))
-    plain = np.minimum(p - stage, m) * num_layers / p
+    layers = stage_layer_counts(num_layers, p, stage, first, last)
+    plain = np.minimum(p - stage, m) * layers
     warmup = (p - stage - 1) * 2 + (vp - 1) * p
-    interleaved = np.minimum(warmup + 1, m * vp) * num_layers / (p * vp)
+    interleaved = np.minimum(warmup + 1, m * vp) * layers / vp
     return np.where(vp > 1, interleaved, plain)
 
 

@@ -11,26 +11,42 @@ vocabulary V, with full activation recomputation:
 
 Without recomputation the layer and attention terms take 3 passes (x 3/4), so F = 72 B s l h^2 (1 + s/(6h)) + 6 B s h V,
 which is the familiar 6 x parameters x tokens plus the attention term 12 l h s per token. We use the model's exact
-per-layer parameter count (biases, norms, GQA, SwiGLU, top-k MoE experts) in place of 12 h^2.
+per-layer parameter count (biases, norms, GQA, SwiGLU, top-k MoE experts) in place of 12 h^2. Eq. 3 counts all s keys
+per query (eager attention); flash attention's causal kernel computes half (`attended_keys`, CAUSAL_KEYS_FRACTION, as
+Megatron's num_floating_point_operations counts), and full recomputation with recompute_every = k replays only the
+checkpointed ceil(l / k) layers; torchtitan's per-op SAC replays every second matmul (OP_SAC_RECOMPUTED_MM_FRACTION).
 
-Time per step on N = d x t x p x cp GPUs of one type (all terms per GPU, on the critical path, no overlap by default):
+Time per step on N = d x t x p x cp GPUs of one type (all terms per GPU, on the critical path; communication the
+framework overlaps with compute is split into exposed and overlapped seconds, `comm_overlaps`).
+The pipeline runs at the pace of its slowest stage: the per-stage terms are those of the stage whose layers (the
+uneven first / last stages' own counts, `Parallelism.first_stage_layers`; the LM head on the last) take longest:
 
-    compute_s   = FLOPs / (N x peak TFLOP/s(compute dtype) x MFU)   MFU: the type's measured `mfu` / `fp32_mfu`
-    tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019)
-    pp_bubble_s = (p - 1) / (m vp) x (compute_s + tp_comm_s), m = micro-batches per replica (Narayanan 2021 Sec. 2.2.1;
-                  vp interleaved chunks per rank divide it, Sec. 2.2.2)
+    compute_s   = linear GEMMs / (d t cp x peak(fp8 under fp8_linears, else bf16) x eff)
+                + (attention core + norms + LM head) / (d t cp x bf16 peak x eff)
+                  eff: the type's measured hardware efficiency (`GPUType.efficiency`: HFU, recompute included)
+                + MoE layers: the routed experts' GEMMs at their roofline share min(1, intensity x HBM bandwidth /
+                  peak) of tokens per expert = ep etp b s k / (cp t E) (`expert_gemm_roofline_fraction`), and the
+                  token permute / unpermute as HBM traffic (`_moe_extra_time_flops`, Megatron-Core moe_utils.py)
+    tp_comm_s   = Megatron's all-reduces of b x s x h activations over the intra-node link (Shoeybi et al. 2019);
+                  with tp comm overlap only what exceeds the layers' linear GEMMs is exposed
+    pp_bubble_s = (p - 1) / (m vp) x (the slowest stage's compute + tp, ep and cp communication), m = micro-batches
+                  per replica (Narayanan 2021 Sec. 2.2.1; vp interleaved chunks per rank divide it, Sec. 2.2.2)
     pp_p2p_s    = activation sends between stages (scatter/gather: 1/t of b x s x h each, Narayanan 2021 Sec. 4.1)
-    ep_comm_s   = MoE token all-to-alls (dispatch + combine) over the expert-parallel group, per MoE layer
+    ep_comm_s   = MoE token all-to-alls (dispatch + combine) over the expert-parallel group, per MoE layer: the
+                  peers on the GPU's node over NVLink, the rest over the node's NIC, the slower of the two
+                  (unoverlapped: Megatron's --overlap-moe-expert-parallel-comm and DeepEP are not modelled)
     cp_comm_s   = context parallelism's ring: each layer passes K and V chunks (and dK, dV in backward) cp - 1 hops
     dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans (routed experts
-                  over the d / ep ranks that hold the same experts)
-    optimizer_s = the optimizer's memory-bound sweep over its shard of parameters, gradients and states
+                  over the d / ep ranks that hold the same experts), on the stage with the most parameters;
+                  overlapped: exposed = unhideable + max(0, traffic - unhideable - window) (Megatron: one bucket,
+                  the last micro-batch's backward / first forward; FSDP / ZeRO-3: one layer, the whole step)
+    optimizer_s = the optimizer's memory-bound sweep over that stage's shard of parameters, gradients and states
 
     overhead_s  = the type's measured fixed per-step cost (`step_overhead_s`)
 
 Links run at nominal bandwidth x the type's measured all-reduce efficiency (`intra_link_efficiency` inside a node,
 `network_efficiency` across nodes); the efficiencies and MFUs come from measurements (gpus.py, docs/perf.md).
-`step_time_totals` is the same model over numpy arrays of d, t, p and micro-batch, for ranking thousands of plans.
+`step_time_totals` is the same model over numpy arrays of the split and micro-batch, for ranking thousands of plans.
 """
 
 from __future__ import annotations
@@ -41,7 +57,15 @@ import numpy as np
 
 from frenzy_core.gpus import GPUType
 from frenzy_core.models import ModelSpec
-from frenzy_core.training import OPTIMIZER_STATE_BYTES, Parallelism, TrainingSpec, check_parallelism, expert_tp_array
+from frenzy_core.training import (
+    OPTIMIZER_STATE_BYTES,
+    Parallelism,
+    TrainingSpec,
+    check_parallelism,
+    expert_tp_array,
+    stage_layer_counts,
+    stage_leading_layers,
+)
 
 # --- named constants ------------------------------------------------------------------------------------------------
 # Matmul FLOPs per parameter per token: 2 forward (multiply + add) + 4 backward (input and weight gradients).
@@ -66,19 +90,105 @@ EP_ALLTOALLS_PER_MOE_LAYER_RECOMPUTE = 2
 # recomputation repeats the forward.
 CP_KV_PASSES = 3
 CP_KV_PASSES_RECOMPUTE = 1
-# Fraction of the data-parallel gradient all-reduce hidden behind backward compute. 0 = no overlap (conservative);
-# PyTorch DDP / Megatron overlap bucketed all-reduces with backward, so the truth lies between 0 and ~0.8.
-DP_COMM_OVERLAP = 0.0
+# Causal attention: query i scores i + 1 keys, and flash attention's causal kernels skip the key blocks above the
+# diagonal (Dao 2023, FlashAttention-2, arXiv 2307.08691 Sec. 3.1.1 "Causal masking"): half the s x s work.
+# Megatron-LM counts it so: megatron/training/training.py num_floating_point_operations, core attention
+# `query_projection_size * seq_length / 2  # causal mask (only half of the mask is non-zero)` (NVIDIA/Megatron-LM
+# @60e03962); flash_attn's benchmarks/benchmark_flash_attention.py flops() divides by 2 `if causal` likewise.
+CAUSAL_KEYS_FRACTION = 0.5
+# Megatron's gradient buckets: DistributedDataParallel.__init__ (megatron/core/distributed/
+# distributed_data_parallel.py) sets bucket_size = max(40000000, 1000000 x data-parallel size) parameters when
+# overlap_grad_reduce is on. The last bucket's reduce-scatter starts only after the last backward op (and the first
+# bucket's all-gather must end before the first forward op): one bucket's share of the traffic cannot hide.
+MEGATRON_BUCKET_MIN_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+# Share of a micro-batch's compute that is backward (input + weight gradients: 4 of the 6 FLOPs per weight): the
+# window Megatron's overlap_grad_reduce hides the reduce-scatter in (only the last micro-batch's backward produces
+# the final gradients: finalize_model_grads waits on it); the forward third hides overlap_param_gather's all-gather.
+BACKWARD_SHARE = 2 / 3
+FORWARD_SHARE = 1 / 3
 # ZeRO-3 (parameter sharding) adds a parameter all-gather in forward and in backward: 1.5x the all-reduce volume
 # of plain data parallelism (Rajbhandari et al. 2020, arXiv 1910.02054, Sec. 7.2.2). ZeRO-1/2 and Megatron's
 # distributed optimizer replace the all-reduce by reduce-scatter + all-gather: the same volume (1x).
 ZERO3_DP_VOLUME_FACTOR = 1.5
 BITS_PER_BYTE = 8
+# torchtitan per-op selective AC (selective_ac_option "op"): torchtitan/models/llama3/infra/parallelize.py
+# `_apply_ac_to_transformer_block` saves the outputs of `_save_list` ops except every second aten.mm, counted per
+# block in forward order (the policy memory.op_sac_layer_activations reads): the other half of the linear GEMMs run
+# again in backward, one more forward of half the layer's linear weights.
+OP_SAC_RECOMPUTED_MM_FRACTION = 0.5
+# MoE token permutation (Megatron-Core megatron/core/transformer/moe/moe_utils.py permute / unpermute, called by
+# MoEAlltoAllTokenDispatcher.token_permutation / token_unpermutation; --moe-permute-fusion swaps in Transformer
+# Engine's fused kernels, the same bytes): forward, permute reads each token once (h) and writes its top-k copies
+# (k h); unpermute reads the k copies and writes the combined token; backward moves the same bytes back.
+# Memory-bound: bytes / HBM bandwidth. Passes over the (1 + k) h elements: permute + unpermute, x 2 for backward.
+MOE_PERMUTE_PASSES = 4
+MOE_PERMUTE_PASSES_RECOMPUTE = 2  # full recomputation re-runs the forward pair
+# Element bytes of an fp8 GEMM operand (e4m3 / e5m2), for the expert GEMMs' arithmetic intensity
+FP8_OPERAND_BYTES = 1
 
 
-# --- FLOPs ----------------------------------------------------------------------------------------------------------
+# --- FLOPs ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenFlops:
+    """Model FLOPs per token of one optimizer step (forward + backward, plus recomputation), by where they run.
+
+    A layer's FLOPs = its linear GEMMs (`dense_linear` / `moe_linear`: fp8 under fp8_linears) + `attention` (the
+    QK^T and AV core: bf16 flash attention) + its norms (the rest, element-wise)."""
+
+    dense_layer: float  # one decoder layer with a dense MLP (every layer of a dense model)
+    moe_layer: float  # one decoder layer with routed experts (top-k of them active per token)
+    head: float  # the LM head's logits, forward + backward (never recomputed); the last pipeline stage runs it
+    dense_linear: float = 0.0  # the linear-layer GEMMs of a dense layer (projections and MLP), recompute included
+    moe_linear: float = 0.0  # the same for a routed-expert layer (attention projections + top-k experts + shared)
+    attention: float = 0.0  # the attention core of one layer (either kind), recompute included
+
+
+def token_flops(model: ModelSpec, training: TrainingSpec) -> TokenFlops:
+    """Per-token FLOPs of one layer of each kind and of the LM head (Narayanan 2021 eq. 3, term by term).
+
+    per layer:  6 x its active weights                   2 forward + 4 backward FLOPs each
+              + 6 x a (d_qk + d_v) x keys / l            attention scores and context, forward + backward
+                                                         (= 12 h s per layer for d_qk = d_v = h / a; keys summed
+                                                         over layers by `attended_keys`, spread evenly over them)
+    recompute:  full      + r x (2 x its weights + 2 a (d_qk + d_v) keys / l)   (one more forward of the share r
+                          = ceil(l / k) / l of layers that recompute_every = k checkpoints; r = 1 at k = 1)
+                selective + 2 a (d_qk + d_v) keys / l     (the attention core only: Megatron
+                          --recompute-granularity selective, Korthikanti et al. 2022 Sec. 4.2)
+    head:       6 x V h                                   (the embedding is a lookup: no matmul FLOPs)
+    """
+    norms = 2 * model.norm_parameters()
+    per_layer = model.attention_parameters() + norms
+    dense_weights = per_layer + model.dense_mlp_parameters()
+    moe_weights = per_layer + model.active_moe_mlp_parameters() if model.is_moe else dense_weights
+    # Attention core: QK^T over query heads x q/k head width, scores x V over heads x value width (GQA shrinks K/V
+    # projections, not these matmuls; MLA: qk_nope + qk_rope, then v_head_dim). 2 FLOPs per multiply-add each, i.e.
+    # 4 s h per layer and token when both widths are h / a (Narayanan's term).
+    score_context_width = model.num_heads * (model.head_dim + model.value_head_dim)
+    attn_fwd = ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH / 2 * score_context_width * attended_keys(
+        model, training
+    ) / model.num_layers
+
+    # torchtitan ac_freq / recompute_every k: layers 0, k, 2k, ... are checkpointed (ceil(l / k) of l)
+    share = -(-model.num_layers // training.recompute_every) / model.num_layers
+    # forwards of the weights replayed (op-sac: every second mm, OP_SAC_RECOMPUTED_MM_FRACTION)
+    replay = {"full": share, "selective": 0.0, "op-sac": OP_SAC_RECOMPUTED_MM_FRACTION}.get(training.recompute, 0.0)
+    attn_replay = {"full": share, "selective": 1.0}.get(training.recompute, 0.0)  # of the attention core
+    passes = FLOPS_PER_PARAM_TOKEN + 2 * replay  # FLOPs per weight per token
+    attention = (3 + attn_replay) * attn_fwd
+
+    def layer(weights: float) -> float:
+        return passes * weights + attention
+
+    return TokenFlops(dense_layer=layer(dense_weights), moe_layer=layer(moe_weights),
+                      head=FLOPS_PER_PARAM_TOKEN * model.vocab_size * model.hidden_size,
+                      dense_linear=passes * (dense_weights - norms), moe_linear=passes * (moe_weights - norms),
+                      attention=attention)
+
+
 def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
-    """Model FLOPs of one optimizer step (forward + backward, plus recomputation), after Narayanan 2021 eq. 3.
+    """Model FLOPs of one optimizer step (forward + backward, plus recomputation), after Narayanan 2021 eq. 3:
+    the `token_flops` of every layer and of the LM head, times the step's tokens.
 
     per token:  6 x (layer weights + LM head)            weights: 2 forward + 4 backward FLOPs each
               + 6 x a (d_qk + d_v) x keys                attention scores and context, forward + backward
@@ -88,66 +198,111 @@ def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
 
     >>> from frenzy_core.models import ZOO
     >>> f"{training_flops_per_step(ZOO['gpt2'], TrainingSpec(seq_len=1024, global_batch=8)):.4g}"
-    '7.005e+12'
+    '6.542e+12'
     """
-    tokens = training.tokens_per_step()
-    layers = model.num_layers
-    active_layer = model.attention_parameters() + model.active_mlp_parameters() + 2 * model.norm_parameters()
-    layer_weights = layers * active_layer
-    head_weights = model.vocab_size * model.hidden_size
-    # Attention core: QK^T over query heads x q/k head width, scores x V over heads x value width (GQA shrinks K/V
-    # projections, not these matmuls; MLA: qk_nope + qk_rope, then v_head_dim). 2 FLOPs per multiply-add each, i.e.
-    # 4 s h per layer and token when both widths are h / a (Narayanan's term).
-    score_context_width = model.num_heads * (model.head_dim + model.value_head_dim)
-    attn_fwd_per_token = ATTENTION_FWD_FLOPS_PER_LAYER_TOKEN_PER_SH / 2 * score_context_width * attended_keys(
-        model, training
-    )
-
-    weights_fwd_bwd = FLOPS_PER_PARAM_TOKEN * (layer_weights + head_weights)
-    attention_fwd_bwd = 3 * attn_fwd_per_token
-    if training.recompute == "full":
-        recompute = 2 * layer_weights + attn_fwd_per_token
-    elif training.recompute == "selective":
-        recompute = attn_fwd_per_token
-    else:
-        recompute = 0
-    return float(tokens) * (weights_fwd_bwd + attention_fwd_bwd + recompute)
+    return _step_flops(model, training, token_flops(model, training))
 
 
-def attended_keys(model: ModelSpec, training: TrainingSpec) -> int:
-    """Keys each query's score and context matmuls run over, summed over layers: s per full-attention layer;
-    under flash attention a sliding-window layer computes only its window (flash_attn window_size), while eager
-    attention computes all s x s scores and masks them (HF sliding-window mask), so it still costs s.
+def _step_flops(model: ModelSpec, training: TrainingSpec, per_token: TokenFlops) -> float:
+    layers = model.num_dense_layers * per_token.dense_layer + model.num_moe_layers * per_token.moe_layer
+    return float(training.tokens_per_step()) * (layers + per_token.head)
+
+
+def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
+    """The step's FLOPs without recomputation: the model FLOPs of MFU (Chowdhery et al. 2022, PaLM App. B, count
+    what the model needs, not what a recomputing schedule spends)."""
+    if training.recompute == "none":
+        return training_flops_per_step(model, training)
+    return training_flops_per_step(model, training.model_copy(update={"recompute": "none"}))
+
+
+def attended_keys(model: ModelSpec, training: TrainingSpec) -> float:
+    """Keys each query's score and context matmuls run over, on average, summed over layers. Eager attention
+    computes all s x s scores and masks them (HF causal and sliding-window masks): s per layer. Flash attention
+    skips the masked blocks: a causal layer costs s / 2 (CAUSAL_KEYS_FRACTION: Megatron's count), a sliding-window
+    layer of window w the mean of min(i + 1, w) over the queries i, w - w^2 / (2 s) (= s / 2 at w = s).
 
     >>> from frenzy_core.models import ZOO
-    >>> attended_keys(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8))  # 12 layers x 1024
-    12288
+    >>> attended_keys(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8))  # 12 layers x 1024 / 2
+    6144.0
     """
     s = training.seq_len
-    sliding = model.num_sliding_layers if training.attention == "flash" else 0
+    if training.attention != "flash":
+        return float(model.num_layers * s)
+    sliding = model.num_sliding_layers
     window = min(s, model.sliding_window or s)
-    return (model.num_layers - sliding) * s + sliding * window
+    return (model.num_layers - sliding) * CAUSAL_KEYS_FRACTION * s + sliding * (window - window**2 / (2 * s))
 
 
 # --- step time ------------------------------------------------------------------------------------------------------
+def comm_overlaps(training: TrainingSpec) -> tuple[bool, bool]:
+    """(data-parallel, tensor-parallel) communication overlapped with compute: the TrainingSpec switches, else the
+    framework's default.
+
+    data parallel:   megatron on (Megatron-Bridge / NeMo recipes set ddp overlap_grad_reduce and
+                     overlap_param_gather); fsdp2 on (FSDP2's implicit prefetch always runs); ZeRO-3 on (FSDP1's
+                     backward prefetch; DeepSpeed's overlap_comm defaults to stage == 3, deepspeed/runtime/zero/
+                     config.py overlap_comm_valid); otherwise off: DeepSpeed ZeRO-1/2's default, and plain DDP,
+                     whose measured link efficiencies (Sia's sync_time, gpus.py) already are exposed time.
+    tensor parallel: megatron with sequence parallelism on (the recipes' tp_comm_overlap; TE's userbuffers need
+                     sequence parallelism); otherwise off (torchtitan's AsyncTP is opt-in).
+
+    >>> comm_overlaps(TrainingSpec(framework="megatron", sequence_parallel=True)), comm_overlaps(TrainingSpec())
+    ((True, True), (False, False))
+    """
+    dp, tp = training.overlap_dp_comm, training.tp_comm_overlap
+    if dp is None:
+        dp = training.framework in ("megatron", "fsdp2") or training.zero_stage == 3
+    if tp is None:
+        tp = training.framework == "megatron" and training.sequence_parallel
+    return bool(dp), bool(tp)
+
+
+@dataclass(frozen=True)
+class TimePart:
+    """One term of the step: the seconds it adds to the critical path and the seconds hidden behind compute."""
+
+    name: str  # the StepTime field without "_s": compute, tp_comm, ..., overhead
+    exposed_s: float  # on the critical path: the parts' exposed seconds sum to step_time_s
+    overlapped_s: float  # hidden behind compute (dp_comm, tp_comm: the overlap model, `comm_overlaps`)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "exposed_s": self.exposed_s, "overlapped_s": self.overlapped_s}
+
+
+PART_NAMES = ("compute", "tp_comm", "ep_comm", "cp_comm", "pp_bubble", "pp_p2p", "dp_comm", "optimizer", "overhead")
+
+
 @dataclass(frozen=True)
 class StepTime:
-    """Where one optimizer step's time goes, per GPU on the critical path. Seconds unless named otherwise."""
+    """Where one optimizer step's time goes, per GPU on the critical path. Seconds unless named otherwise.
+
+    The pipeline runs at the pace of its slowest stage: compute_s, tp_comm_s, ep_comm_s and cp_comm_s are that
+    stage's (`slowest_stage`), the bubble is (p - 1) / (m vp) of its time, and dp_comm_s and optimizer_s are those of
+    the stage with the most parameters (every stage's all-reduce and step must end before the next step).
+    """
 
     flops_per_step: float  # model FLOPs of the whole step over all GPUs (recomputation included)
     micro_batches: float  # m: micro-batches per replica per step = global_batch / (d x micro_batch)
-    compute_s: float  # FLOPs / (N x peak x MFU): the step's matmul work spread evenly over all GPUs
-    tp_comm_s: float  # tensor-parallel activation all-reduces (intra-node link)
+    compute_s: float  # the slowest stage's FLOPs (its layers, + the LM head on the last) / (d t cp x peak x MFU)
+    tp_comm_s: float  # tensor-parallel activation all-reduces (intra-node link), the exposed part
     ep_comm_s: float  # expert-parallel token all-to-alls (MoE; 0 at ep = 1)
     cp_comm_s: float  # context-parallel K/V ring passes (0 at cp = 1)
-    pp_bubble_s: float  # pipeline fill/drain: (p - 1) / m x (compute + tensor-parallel time)
+    pp_bubble_s: float  # pipeline fill/drain: (p - 1) / (m vp) x the slowest stage's compute + communication
     pp_p2p_s: float  # activations / gradients sent between pipeline stages
-    dp_comm_s: float  # gradient all-reduce across replicas, after overlap with backward (DP_COMM_OVERLAP)
+    dp_comm_s: float  # gradient all-reduce / reduce-scatter + all-gather across replicas, the exposed part
     optimizer_s: float  # optimizer sweep over the local shard of weights, grads and states (memory-bound)
     overhead_s: float  # fixed per-step framework cost (launches, data loading, Python): the type's measured figure
     step_time_s: float  # the sum of the above: seconds per optimizer step
     tokens_per_step: int  # global_batch x seq_len
-    num_gpus: int  # N = d x t x p
+    num_gpus: int  # N = d x t x p x cp
+    model_flops_per_step: float = 0.0  # FLOPs without recomputation: the MFU numerator (PaLM App. B)
+    slowest_stage: int = 0  # the pipeline stage whose compute + communication paces the pipeline
+    dp_comm_overlapped_s: float = 0.0  # the data-parallel traffic's seconds hidden behind compute
+    tp_comm_overlapped_s: float = 0.0  # the tensor-parallel traffic's seconds hidden behind the linear GEMMs
+    compute_linear_s: float = 0.0  # of compute_s: the linear GEMMs (fp8 peak under fp8_linears) and the LM head
+    compute_attention_s: float = 0.0  # of compute_s: the attention core (QK^T, AV; bf16 flash attention)
+    compute_other_s: float = 0.0  # of compute_s: the norms (element-wise; counted as 6 FLOPs per weight)
 
     @property
     def tokens_per_s(self) -> float:
@@ -155,8 +310,19 @@ class StepTime:
 
     @property
     def achieved_tflops_per_gpu(self) -> float:
-        """Model TFLOP/s each GPU delivers over the whole step (the MFU numerator, Chowdhery et al. 2022 App. B)."""
+        """TFLOP/s each GPU delivers over the whole step, recomputation included (hardware FLOPs utilisation's
+        numerator; `model_tflops_per_gpu` leaves recomputation out)."""
         return self.flops_per_step / self.step_time_s / self.num_gpus / 1e12
+
+    @property
+    def model_tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU over the whole step: the MFU numerator (Chowdhery et al. 2022, App. B)."""
+        return self.model_flops_per_step / self.step_time_s / self.num_gpus / 1e12
+
+    def parts(self) -> tuple[TimePart, ...]:
+        """Each term as (name, exposed, overlapped) seconds, in PART_NAMES order; exposed sums to step_time_s."""
+        overlapped = {"dp_comm": self.dp_comm_overlapped_s, "tp_comm": self.tp_comm_overlapped_s}
+        return tuple(TimePart(n, getattr(self, f"{n}_s"), overlapped.get(n, 0.0)) for n in PART_NAMES)
 
 
 def _components(
@@ -177,9 +343,12 @@ def _components(
     cp=1,
     vp=1,
     etp=0,
+    first_stage_layers=0,
+    last_stage_layers=0,
 ) -> dict[str, np.ndarray]:
     """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
     d, t, p, b, e, c, v = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep, cp, vp))
+    first, last = (np.asarray(x, dtype=np.float64) for x in (first_stage_layers, last_stage_layers))
     et = expert_tp_array(etp, t)  # expert tensor parallel; 0 = t
     setup = training.precision_setup
     eff = gpu.efficiency(setup.compute_dtype) if mfu is None else mfu
@@ -191,34 +360,47 @@ def _components(
     n_gpus = d * t * p * c
     s, h = training.seq_len / c, model.hidden_size  # s: the tokens of each sample one GPU holds (seq_len / cp)
 
-    # Compute: the step's FLOPs spread over all N GPUs at the achievable fraction of peak.
-    flops = training_flops_per_step(model, training)
+    per_token = token_flops(model, training)
+    flops = _step_flops(model, training, per_token)
     peak_flops_s = gpu.peak_tflops(setup.compute_dtype) * 1e12
-    compute_s = flops / (n_gpus * peak_flops_s * eff)
-
+    # fp8 linears (Transformer Engine te.Linear / LayerNormLinear under fp8_autocast, torchao Float8Linear): the
+    # projection and MLP GEMMs run at the fp8 peak; the attention core (flash attention: bf16), the norms and the
+    # LM head stay bf16 (TE leaves the output layer out of fp8: Megatron builds it as a plain ColumnParallelLinear,
+    # megatron/core/models/gpt/gpt_model.py output_layer, outside the TE fp8 layers; torchtitan's float8 converter
+    # skips "output", torchtitan/components/quantization/float8.py filter_fqns). Every GEMM is charged at the same
+    # hardware efficiency `eff` of its own peak (assumed for fp8: no fp8 calibration run, docs/perf.md).
+    fp8 = training.fp8_linears and setup.compute_dtype == "bf16"
+    linear_time_share = peak_flops_s / (gpu.peak_tflops("fp8") * 1e12) if fp8 else 1.0
+    # per-token FLOPs at the bf16 rate that take the same time (the linears' scaled by bf16 peak / fp8 peak)
+    dense_time_flops = per_token.dense_layer - (1.0 - linear_time_share) * per_token.dense_linear
+    moe_time_flops = per_token.moe_layer - (1.0 - linear_time_share) * per_token.moe_linear
+    if model.is_moe:
+        moe_time_flops = moe_time_flops + _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8,
+                                                                peak_flops_s * linear_time_share, eff)
     # Micro-batches per replica; the pipeline is filled m times per step.
     m = training.global_batch / (d * b)
-    layers_per_stage = model.num_layers / p
 
+    # Per-message sizes and links (each stage's terms below multiply them by its layers).
     # Tensor parallel: per layer and micro-batch, 4 ring all-reduces of b x s x h activations (+2 with full
     # recomputation); a ring moves 2 (t - 1) / t of the buffer through each GPU's link. TP stays inside a node;
     # a t larger than a node would cross the network, so it then gets a node's NIC shared by its t GPUs.
     activation_msg_bytes = b * s * h * setup.activation_bytes
     allreduces = TP_ALLREDUCES_PER_LAYER + (TP_ALLREDUCES_PER_LAYER_RECOMPUTE if training.recompute == "full" else 0)
     tp_link = np.where(t <= gpus_per_node, intra_bytes_s, node_nic_bytes_s / np.minimum(t, gpus_per_node))
-    tp_comm_s = allreduces * layers_per_stage * m * 2 * (t - 1) / t * activation_msg_bytes / tp_link
-
+    tp_per_layer_s = allreduces * m * 2 * (t - 1) / t * activation_msg_bytes / tp_link
     # Expert parallel (MoE): per MoE layer and micro-batch, each GPU sends the top-k copies of its tokens (b x s / t:
     # Megatron needs sequence parallelism for MoE with t > 1) to the ep ranks holding their experts, (ep - 1) / ep
     # of them off the GPU. Megatron lays ranks out t, cp, ep, d (parallel_state.py): the expert group is etp x ep
     # consecutive ranks, inside a node while etp x ep <= the node, else every GPU of the node shares its NIC.
     a2a_bytes = b * s / t * model.moe_top_k * h * setup.activation_bytes
     alltoalls = EP_ALLTOALLS_PER_MOE_LAYER + (EP_ALLTOALLS_PER_MOE_LAYER_RECOMPUTE if training.recompute == "full" else 0)
-    ep_link = np.where(et * e <= gpus_per_node, intra_bytes_s,
-                       np.minimum(intra_bytes_s, node_nic_bytes_s / gpus_per_node))
-    moe_layers_per_stage = model.num_moe_layers / p
-    ep_comm_s = alltoalls * moe_layers_per_stage * m * (e - 1) / e * a2a_bytes / ep_link
-
+    # A GPU's copies go evenly to the e ranks of its expert-parallel group (balanced routing): those on its node
+    # (min(e, node / etp) of them, itself included) over NVLink, the rest over the node's NIC shared by its GPUs;
+    # the two run concurrently (NCCL's all-to-all posts every peer's send at once): the slower one paces it.
+    ep_on_node = np.minimum(e, np.maximum(1.0, gpus_per_node / et))
+    intra_a2a_s = (ep_on_node - 1) / e * a2a_bytes / intra_bytes_s
+    inter_a2a_s = (e - ep_on_node) / e * a2a_bytes / np.minimum(intra_bytes_s, node_nic_bytes_s / gpus_per_node)
+    ep_per_moe_layer_s = alltoalls * m * np.maximum(intra_a2a_s, inter_a2a_s)
     # Context parallel: per layer and micro-batch each GPU's K and V chunks (b x seq_len / cp tokens x the K and V
     # widths / t: heads split over t) travel cp - 1 hops. Megatron's rank order is t, cp, ...: the ring stays in a
     # node while t x cp fits it; else every hop out of the node shares the NIC with the node's other t rings.
@@ -227,11 +409,7 @@ def _components(
     passes = CP_KV_PASSES + (CP_KV_PASSES_RECOMPUTE if training.recompute in ("full", "selective") else 0)
     cp_link = np.where(t * c <= gpus_per_node, intra_bytes_s,
                        np.minimum(intra_bytes_s, node_nic_bytes_s / np.minimum(t, gpus_per_node)))
-    cp_comm_s = passes * layers_per_stage * m * (c - 1) * kv_chunk_bytes / cp_link
-
-    # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1); the
-    # interleaved schedule with vp chunks per rank shrinks it vp-fold (Sec. 2.2.2: (p - 1) / (m vp)).
-    pp_bubble_s = (p - 1) / (m * v) * (compute_s + tp_comm_s + ep_comm_s + cp_comm_s)
+    cp_per_layer_s = passes * m * (c - 1) * kv_chunk_bytes / cp_link
 
     # Placement model: ranks are laid out t fastest, then p, then d, filling nodes of `gpus_per_node` in order
     # (Narayanan 2021 Sec. 3.3: tensor inside a node, pipeline and data across). A replica spans t x p GPUs.
@@ -241,37 +419,146 @@ def _components(
     rings_per_nic = np.minimum(t * p, gpus_per_node)
     net_per_ring = node_nic_bytes_s / rings_per_nic
 
-    # Pipeline point-to-point: each stage sends m activations forward and m gradients backward, each b x s x h,
-    # split 1/t by Megatron's scatter/gather (Narayanan 2021 Sec. 4.1); the network when stages cross nodes. With
-    # vp chunks per rank every micro-batch crosses each rank vp times: vp times the sends (Sec. 2.2.2).
-    p2p_link = np.where(replica_spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    pp_p2p_s = np.where(p > 1, 2 * m * v * activation_msg_bytes / t / p2p_link, 0.0)
-
-    # Data parallel: ring all-reduce of one shard's gradients, params / (t x p) x grad bytes, moving
+    # Data parallel: ring all-reduce of one stage's gradient shard (its parameters / t) x grad bytes, moving
     # 2 (d - 1) / d of it through the slowest link the ring uses (the NIC share once the plan spans nodes). The cp
     # ranks of a replica hold the same parameters: the ring runs over d x cp ranks (Megatron's data-parallel group
     # with context parallelism; torchtitan's dp_shard_cp mesh). Routed experts are split ep ways more and
     # all-reduced over the t x d x cp / (etp x ep) ranks that hold the same expert shard (Megatron's
     # expert-data-parallel group; d x cp / ep at etp = t).
-    routed = float(model.routed_expert_parameters() * model.num_moe_layers)
-    dense_shard = (model.parameter_count() - routed) / (t * p)
-    expert_shard = routed / (et * p * e)  # each expert's linears split etp ways, the experts ep ways
     d_grad = d * c
     d_expert = t * d_grad / (et * e)  # the expert grid etp x ep x expert-dp re-tiles the t x d x cp ranks
     volume = ZERO3_DP_VOLUME_FACTOR if training.zero_stage == 3 else 1.0
     dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    ring_bytes = (2 * (d_grad - 1) / d_grad * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) \
-        * setup.grad_bytes
-    dp_comm_s = (1.0 - DP_COMM_OVERLAP) * volume * ring_bytes / dp_link
-
     # Optimizer: one sweep reading weights, grads, master copy and states and writing weights, master and states,
     # over the local shard (sharded further by d under ZeRO >= 1 or the distributed optimizer). Memory-bound.
     state_bytes = OPTIMIZER_STATE_BYTES[training.optimizer]
     read_bytes = setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
     write_bytes = setup.param_bytes + setup.master_bytes + state_bytes
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
+    routed_per_layer = float(model.routed_expert_parameters())
+    layer_common = model.attention_parameters() + 2 * model.norm_parameters()
+    dense_layer_params = layer_common + model.dense_mlp_parameters()
+    moe_layer_params = layer_common + model.moe_mlp_parameters() - routed_per_layer if model.is_moe else 0.0
+    # Megatron's last stage keeps its own copy of a tied embedding as the head (setup_embeddings_and_output_layer)
+    tied_copy = model.vocab_size * model.hidden_size if model.tie_embeddings else 0
+
+    # Each stage that bounds the others: its layers (the uneven first / last stages' own counts, DeepSeek's dense
+    # layers on the first), their compute and communication; the LM head on the last.
+    # Seconds per step one dense layer adds to a stage (a stage's d x t x cp GPUs share its work), what a routed-expert
+    # layer adds beyond a dense one, and what the LM head adds to the last stage:
+    tokens = training.tokens_per_step()
+    stage_flops_s = d * t * c * peak_flops_s * eff
+    dense_layer_s = tokens * dense_time_flops / stage_flops_s + tp_per_layer_s + cp_per_layer_s
+    moe_extra_s = tokens * (moe_time_flops - dense_time_flops) / stage_flops_s + ep_per_moe_layer_s
+    head_s = tokens * per_token.head / stage_flops_s
+    # Seconds one parameter of a stage adds to its all-reduce and optimizer step: dense parts split by t, routed
+    # experts by etp x ep
+    opt_bytes_per_s = (read_bytes + write_bytes) / (gpu.memory_bandwidth_gbyte_s * 1e9)
+    dense_param_s = (volume * 2 * (d_grad - 1) / d_grad * setup.grad_bytes / dp_link
+                     + opt_bytes_per_s / (d_grad if sharded else 1.0)) / t
+    expert_param_s = (volume * 2 * (d_expert - 1) / d_expert * setup.grad_bytes / dp_link
+                      + opt_bytes_per_s / (d_expert if sharded else 1.0)) / (et * e)
+    leading = model.first_k_dense if model.is_moe else 0
+    embedding, head = model.embedding_parameters(), model.head_parameters() + np.where(p > 1, tied_copy, 0.0)
+    if not (leading or np.any(first) or np.any(last)):
+        # the even split of a uniform model: every stage holds l / p alike layers, so the last (the LM head) is the
+        # slowest and the heavier end (embedding or head) holds the most parameters
+        layers = model.num_layers / p
+        moe = layers if model.is_moe else 0.0
+        slowest, is_last = p - 1, True
+        params = layers * (moe_layer_params if model.is_moe else dense_layer_params) + np.where(
+            p > 1, np.maximum(embedding, head), embedding + head)
+        experts = moe * routed_per_layer
+        stages = ()
+    else:
+        # A stage's time and parameters are linear in its dense-layer count, which never grows from one stage to the
+        # next (the dense layers lead, in every round of chunks): among stages of equal layer counts the first and
+        # the last bound the rest. So the ends, and where they have their own counts the first and last middle ones.
+        p_last = p - 1
+        stages = (0.0 * p, p_last) if not (np.any(first) or np.any(last)) else (
+            0.0 * p, np.minimum(1.0, p_last), np.maximum(p_last - 1, 0.0), p_last)
+    best = heaviest = None  # (busy, stage, layers, MoE layers, is last) and (tail, parameters, expert parameters)
+    for stage in stages:
+        layers = stage_layer_counts(model.num_layers, p, stage, first, last)
+        moe = layers - stage_leading_layers(model.num_layers, leading, p, stage, first, last, v) if leading else (
+            layers if model.is_moe else 0.0)
+        is_last = stage == p - 1
+        busy = layers * dense_layer_s + moe * moe_extra_s + np.where(is_last, head_s, 0.0)
+        params = ((layers - moe) * dense_layer_params + moe * moe_layer_params
+                  + np.where(stage == 0, embedding, 0.0) + np.where(is_last, head, 0.0))
+        experts = moe * routed_per_layer
+        tail = params * dense_param_s + experts * expert_param_s
+        if best is None:
+            best, heaviest = (busy, stage, layers, moe, is_last), (tail, params, experts)
+            continue
+        more = busy > best[0]  # the first stage of the largest wins ties
+        best = tuple(np.where(more, new, old) for new, old in zip((busy, stage, layers, moe, is_last), best,
+                                                                  strict=True))
+        more = tail > heaviest[0]
+        heaviest = tuple(np.where(more, new, old) for new, old in zip((tail, params, experts), heaviest, strict=True))
+    if stages:
+        _, slowest, layers, moe, is_last = best
+        _, params, experts = heaviest
+    # the pipeline's pace: the slowest stage's compute and communication per step
+    head_flops = np.where(is_last, per_token.head, 0.0)
+    compute_s = tokens * ((layers - moe) * dense_time_flops + moe * moe_time_flops + head_flops) / stage_flops_s
+    # of which: linear GEMMs (the layers' at the fp8 rate under fp8, the LM head's at bf16), attention core, norms
+    layer_linear_s = tokens * linear_time_share * ((layers - moe) * per_token.dense_linear
+                                                   + moe * per_token.moe_linear) / stage_flops_s
+    compute_linear_s = layer_linear_s + tokens * head_flops / stage_flops_s
+    compute_attention_s = tokens * layers * per_token.attention / stage_flops_s
+    compute_other_s = compute_s - compute_linear_s - compute_attention_s
+    overlap_dp, overlap_tp = comm_overlaps(training)
+    # Tensor-parallel comm overlap (Megatron --tp-comm-overlap: Transformer Engine's userbuffers split each
+    # sequence-parallel all-gather / reduce-scatter into chunks pipelined with the GEMM that consumes / produces
+    # them, transformer_engine/pytorch/module/base.py initialize_ub; torchtitan AsyncTP: torch micro-pipelined
+    # collective matmuls): the traffic hides behind the layers' linear GEMMs, what exceeds them stays exposed.
+    tp_raw_s = layers * tp_per_layer_s
+    tp_comm_s = np.maximum(0.0, tp_raw_s - layer_linear_s) if overlap_tp else tp_raw_s
+    ep_comm_s = moe * ep_per_moe_layer_s
+    cp_comm_s = layers * cp_per_layer_s
+    # the step ends when the stage with the most parameters has all-reduced its gradients and stepped
+    dense_shard = params / t
+    expert_shard = experts / (et * e)  # each expert's linears split etp ways, the experts ep ways
+    ring_bytes = (2 * (d_grad - 1) / d_grad * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) \
+        * setup.grad_bytes
+    dp_raw_s = volume * ring_bytes / dp_link
     opt_params = dense_shard / d_grad + expert_shard / d_expert if sharded else dense_shard + expert_shard
-    optimizer_s = opt_params * (read_bytes + write_bytes) / (gpu.memory_bandwidth_gbyte_s * 1e9)
+    optimizer_s = opt_params * opt_bytes_per_s
+    # Data-parallel overlap: exposed = the part that cannot hide + what exceeds the compute it hides behind.
+    #   ZeRO-3 / FSDP (FSDP2 prefetches layer i + 1's all-gather during layer i and reduce-scatters layer i's
+    #   gradients during layer i - 1's backward; DeepSpeed ZeRO-3 overlap_comm): hides behind the whole step's
+    #   compute; one FSDP unit (a layer's share) gathers before anything can run and reduces after the last op.
+    #   Megatron DDP (--overlap-grad-reduce, --overlap-param-gather with the distributed optimizer): the gradient
+    #   reduce-scatter (the whole all-reduce without it) hides behind the last micro-batch's backward (the only one
+    #   whose gradients are final), the parameter all-gather behind the first one's forward; one bucket
+    #   (MEGATRON_BUCKET_*) of each cannot hide.
+    if not overlap_dp:
+        dp_comm_s = dp_raw_s
+    elif training.zero_stage == 3 or training.framework == "fsdp2":
+        unhideable_s = dp_raw_s / np.maximum(layers, 1.0)
+        dp_comm_s = unhideable_s + np.maximum(0.0, dp_raw_s - unhideable_s - compute_s)
+    else:
+        per_micro_batch_s = compute_s / m
+        bucket = np.maximum(MEGATRON_BUCKET_MIN_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * d_grad)
+        unhideable_share = np.minimum(1.0, bucket / np.maximum(dense_shard + expert_shard, 1.0))
+        # (share of the traffic, the compute it hides behind): the distributed optimizer's reduce-scatter and
+        # all-gather are half the all-reduce's volume each; plain DDP all-reduces in backward
+        halves = ((0.5, BACKWARD_SHARE), (0.5, FORWARD_SHARE)) if sharded else ((1.0, BACKWARD_SHARE),)
+        dp_comm_s = unhideable_share * dp_raw_s + sum(
+            np.maximum(0.0, (1.0 - unhideable_share) * share * dp_raw_s - window * per_micro_batch_s)
+            for share, window in halves)
+
+    # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1) of the
+    # slowest stage's time, which paces every stage; the interleaved schedule with vp chunks per rank shrinks it
+    # vp-fold (Sec. 2.2.2: (p - 1) / (m vp)).
+    pp_bubble_s = (p - 1) / (m * v) * (compute_s + tp_comm_s + ep_comm_s + cp_comm_s)
+
+    # Pipeline point-to-point: each stage sends m activations forward and m gradients backward, each b x s x h,
+    # split 1/t by Megatron's scatter/gather (Narayanan 2021 Sec. 4.1); the network when stages cross nodes. With
+    # vp chunks per rank every micro-batch crosses each rank vp times: vp times the sends (Sec. 2.2.2).
+    p2p_link = np.where(replica_spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
+    pp_p2p_s = np.where(p > 1, 2 * m * v * activation_msg_bytes / t / p2p_link, 0.0)
 
     total = compute_s + tp_comm_s + ep_comm_s + cp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s \
         + overhead_s
@@ -285,10 +572,64 @@ def _components(
         "pp_bubble_s": pp_bubble_s,
         "pp_p2p_s": pp_p2p_s,
         "dp_comm_s": dp_comm_s,
+        "dp_comm_overlapped_s": dp_raw_s - dp_comm_s,
+        "tp_comm_overlapped_s": tp_raw_s - tp_comm_s,
+        "compute_linear_s": compute_linear_s,
+        "compute_attention_s": compute_attention_s,
+        "compute_other_s": compute_other_s,
         "optimizer_s": optimizer_s,
         "total": total,
         "n_gpus": n_gpus,
+        "slowest_stage": slowest,
     }
+
+
+def expert_gemm_roofline_fraction(tokens_per_expert, k_dim, n_dim, operand_bytes, peak_flops_s, bandwidth_bytes_s):
+    """Share of the GEMM peak one expert GEMM of M = tokens_per_expert rows, K x N weights can reach: the roofline
+    min(peak, intensity x bandwidth) / peak (Williams et al. 2009, "Roofline", CACM 52(4)), with the arithmetic
+    intensity of Y[M, N] = X[M, K] W[K, N]: 2 M K N FLOPs over the operand bytes of X, W and Y (its dgrad and wgrad
+    GEMMs move the same three matrices). Megatron-Core's grouped experts (moe/experts.py TEGroupedMLP: TE
+    GroupedLinear, one GEMM per local expert; GroupedMLP: grouped_gemm) each see the tokens routed to them.
+
+    >>> round(float(expert_gemm_roofline_fraction(512, 2048, 768, 2, 989e12, 3350e9)), 3)  # intensity 267 < 295
+    0.905
+    """
+    m = np.asarray(tokens_per_expert, dtype=np.float64)
+    intensity = 2 * m * k_dim * n_dim / (operand_bytes * (m * k_dim + k_dim * n_dim + m * n_dim))
+    return np.minimum(1.0, intensity * bandwidth_bytes_s / peak_flops_s)
+
+
+def _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8, gemm_peak_flops_s, eff):
+    """What a routed-expert layer costs beyond its FLOPs at the type's efficiency, per token, as bf16-rate FLOPs
+    that take the same time on the stage (`_components` divides by d t cp x bf16 peak x eff):
+
+    expert GEMMs  routed FLOPs x (1 / roofline - 1): each local expert runs on its tokens per expert =
+                  ep x etp x (b s / (cp t)) x top-k / num_experts (balanced routing; MoEAlltoAllTokenDispatcher
+                  gathers the top-k copies of the ep x etp group's tokens for its num_local_experts), at
+                  min(peak, intensity x bandwidth) x eff (`expert_gemm_roofline_fraction`)
+    permutation   MOE_PERMUTE_PASSES x (1 + top-k) x h elements per token moved through HBM (moe_utils.permute /
+                  unpermute): bytes / bandwidth, in time; each rank holds b s / (cp t) tokens (sequence parallel)
+    """
+    h, k, ffn = model.hidden_size, model.moe_top_k, model.expert_ffn
+    ps = training.precision_setup
+    bandwidth = gpu.memory_bandwidth_gbyte_s * 1e9
+    share = -(-model.num_layers // training.recompute_every) / model.num_layers
+    replay = {"full": share, "op-sac": OP_SAC_RECOMPUTED_MM_FRACTION}.get(training.recompute, 0.0)
+    tokens_per_expert = e * et * b * training.seq_len / (c * t) * k / model.num_experts
+    fc1_n = (2 if model.mlp_kind == "swiglu" else 1) * ffn / et
+    operand = FP8_OPERAND_BYTES if fp8 else ps.activation_bytes
+    fc1 = expert_gemm_roofline_fraction(tokens_per_expert, h, fc1_n, operand, gemm_peak_flops_s, bandwidth)
+    fc2 = expert_gemm_roofline_fraction(tokens_per_expert, ffn / et, h, operand, gemm_peak_flops_s, bandwidth)
+    # per token: the top-k experts' GEMMs, 6 FLOPs per weight (+ 2 per replayed forward), at the GEMM's own peak
+    weight_flops = (FLOPS_PER_PARAM_TOKEN + 2 * replay) * k * h * ffn
+    fc1_flops, fc2_flops = weight_flops * fc1_n * et / ffn, weight_flops
+    time_share = gemm_peak_flops_s / (gpu.peak_tflops(ps.compute_dtype) * 1e12)  # fp8: bf16 peak / fp8 peak
+    gemm_extra = time_share * (fc1_flops * (1.0 / fc1 - 1.0) + fc2_flops * (1.0 / fc2 - 1.0))
+    passes = MOE_PERMUTE_PASSES + (MOE_PERMUTE_PASSES_RECOMPUTE if training.recompute == "full" else 0)
+    permute_bytes = passes * (1 + k) * h * ps.activation_bytes
+    # seconds per token on one GPU x the bf16 rate x eff = the FLOPs that take as long on the stage
+    permute_flops = permute_bytes / bandwidth * gpu.peak_tflops(ps.compute_dtype) * 1e12 * eff
+    return gemm_extra + permute_flops
 
 
 def step_time(
@@ -303,7 +644,7 @@ def step_time(
     mfu: float | None = None,
     overhead_s: float | None = None,
 ) -> StepTime:
-    """Predicted seconds per optimizer step of `training` on d x t x p GPUs of one type, with its breakdown.
+    """Predicted seconds per optimizer step of `training` on d x t x p x cp GPUs of one type, with its breakdown.
 
     `intra_link_gbyte_s` defaults to the GPU type's nominal link, `mfu` to its measured MFU for the compute dtype,
     `overhead_s` to its measured per-step cost; `network_gbit_s` is one node's nominal NIC. Raises SpecError when
@@ -314,7 +655,7 @@ def step_time(
     >>> st = step_time(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp"),
     ...                Parallelism(), CATALOG["A100-40GB"], mfu=0.5)
     >>> round(st.compute_s, 4), round(st.step_time_s, 4), st.dp_comm_s
-    (0.0449, 0.1681, 0.0)
+    (0.0419, 0.1652, 0.0)
     """
     check_parallelism(model, training, par)
     c = _components(
@@ -334,6 +675,8 @@ def step_time(
         cp=par.cp,
         vp=par.vp,
         etp=par.etp,
+        first_stage_layers=par.first_stage_layers,
+        last_stage_layers=par.last_stage_layers,
     )
     return StepTime(
         flops_per_step=float(c["flops"]),
@@ -350,6 +693,13 @@ def step_time(
         step_time_s=float(c["total"]),
         tokens_per_step=training.tokens_per_step(),
         num_gpus=par.num_gpus,
+        model_flops_per_step=model_flops_per_step(model, training),
+        slowest_stage=int(c["slowest_stage"]),
+        dp_comm_overlapped_s=float(c["dp_comm_overlapped_s"]),
+        tp_comm_overlapped_s=float(c["tp_comm_overlapped_s"]),
+        compute_linear_s=float(c["compute_linear_s"]),
+        compute_attention_s=float(c["compute_attention_s"]),
+        compute_other_s=float(c["compute_other_s"]),
     )
 
 
@@ -370,8 +720,13 @@ def step_time_totals(
     ep=1,
     cp=1,
     vp=1,
+    etp=0,
+    first_stage_layers=0,
+    last_stage_layers=0,
 ) -> np.ndarray:
-    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch, ep, cp and vp (broadcast together), no loop.
+    """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch, ep, cp, vp, etp and the uneven stages'
+    first_stage_layers / last_stage_layers (0: even; see `training.uneven_stage_options`), broadcast together, no
+    loop.
 
     `micro_batch` replaces `training.micro_batch`; splits are not validated here (filter them before ranking).
 
@@ -379,7 +734,7 @@ def step_time_totals(
     >>> from frenzy_core.models import ZOO
     >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
     >>> step_time_totals(ZOO["gpt2"], tr, CATALOG["A100-40GB"], [1, 2], 1, 1, [8, 4], mfu=0.5).round(4)
-    array([0.1681, 0.1474])
+    array([0.1652, 0.1459])
     """
     c = _components(
         model,
@@ -397,5 +752,8 @@ def step_time_totals(
         ep=ep,
         cp=cp,
         vp=vp,
+        etp=etp,
+        first_stage_layers=first_stage_layers,
+        last_stage_layers=last_stage_layers,
     )
     return np.asarray(c["total"], dtype=np.float64)

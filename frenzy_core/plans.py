@@ -8,21 +8,26 @@ them. We rank by a named objective (docs/ranking.md):
 - `cost`: lowest cost (GPU-hours x the catalog price of the GPU type); ties -> shorter time.
 - `gpus`: fewest GPUs; ties -> shorter time.
 
-Every objective ends with the same deterministic tie-break: GPU type name, then t, then p, then d, then cp
-(ascending).
+Values within a relative SPEED_RTOL (1e-9) of each other tie. Every objective ends with the same tie-break: the
+smaller per-GPU memory (more headroom), then GPU type name, then t, then p, then d, then cp (ascending).
 
 Enumeration (per GPU type present in the cluster): t divides the query heads and the KV heads and t <= the largest
-node of that type (tensor parallelism stays inside a node); p divides the layers; d x micro-batch x accumulation =
-global batch; cp (ring attention) leaves each rank at least MIN_CP_TOKENS tokens (`context_parallel_sizes`);
-d x t x p x cp <= the GPUs of that type; for an MoE model, ep divides the experts and d x cp (`hf`: ep = 1).
-vp (interleaved 1F1B) needs p > 1, p x vp dividing the layers and m a multiple of p (`virtual_pipeline_sizes`).
-For each (type, d, t, p, cp) we keep the micro-batch, ep and vp with the shortest step (ties -> the larger
-micro-batch, then the smaller ep, then the smaller vp), and the plan is feasible when its per-GPU memory fits the
-GPU's capacity less a safety margin. Memory and step time are evaluated on numpy arrays, one call per GPU type.
+node of that type (tensor parallelism stays inside a node); the pipeline layouts (p, vp, first, last) are
+`pipeline_layouts`'s: p divides the layers, or, under Megatron (framework megatron or unknown), uneven first / last
+stages (`training.uneven_stage_options`) hold them; d x micro-batch x accumulation = global batch; cp (ring
+attention) leaves each rank at least MIN_CP_TOKENS tokens (`context_parallel_sizes`); d x t x p x cp <= the GPUs of
+that type; for an MoE model, ep divides the experts and d x cp (`hf`: ep = 1). vp (interleaved 1F1B) needs p > 1
+and m a multiple of p (`virtual_pipeline_sizes`). Per split that fits, the planner keeps the fewest chunks and the
+evenest stages within VP_TOLERANCE of its fastest layout; for each (type, d, t, p, cp) it then keeps the micro-batch
+and ep with the shortest step (ties -> the smaller memory, then the smaller ep, vp, the evener layout, the smaller
+micro-batch), and the plan is feasible when its per-GPU memory fits the GPU's capacity less a safety margin. Memory
+and step time are evaluated on numpy arrays: memory once for the grid, step time once per GPU type, for the rows
+that fit it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -32,14 +37,20 @@ import pandas as pd
 
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
-from frenzy_core.limits import divisors
+from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, divisors
 from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
 from frenzy_core.models import ModelSpec
 from frenzy_core.perf import step_time_totals
-from frenzy_core.training import Parallelism, TrainingSpec, check_sequence
+from frenzy_core.training import (
+    UNEVEN_LIGHTER_LAYERS,
+    Parallelism,
+    TrainingSpec,
+    check_sequence,
+    stage_layer_counts,
+    uneven_stage_options,
+)
 
 OBJECTIVES = ("time", "gpu-hours", "cost", "gpus")
-DEFAULT_SAFETY_MARGIN = 0.10  # keep 10% of each GPU free: allocator fragmentation beyond the modelled overhead
 # The added GPUs of a plan must deliver at least half of their linear share of speed-up over any smaller plan of the
 # same GPU type: doubling the GPUs must make it at least 1.5x faster (docs/ranking.md, "Constraints").
 DEFAULT_SCALING_FLOOR = 0.5
@@ -69,21 +80,32 @@ class Plan:
     ep: int = 1  # expert-parallel ranks (MoE), carved out of d x cp: each holds num_experts / ep experts
     cp: int = 1  # context-parallel ranks: each holds seq_len / cp tokens of every sample (ring attention)
     vp: int = 1  # interleaved 1F1B: layer chunks per pipeline rank (1 = plain 1F1B)
+    # uneven pipeline stages (Megatron --decoder-first/last-pipeline-num-layers): the first / last stage's layers,
+    # 0 = a middle stage's share (both 0: the even split num_layers / p)
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     @property
     def parallelism(self) -> Parallelism:
-        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, vp=self.vp, ep=self.ep)
+        return Parallelism(dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, vp=self.vp, ep=self.ep,
+                           first_stage_layers=self.first_stage_layers, last_stage_layers=self.last_stage_layers)
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the first or the last pipeline stage holds its own number of layers."""
+        return bool(self.first_stage_layers or self.last_stage_layers)
 
     def label(self) -> str:
+        """'H100-80GB d=8 t=8 p=16 first=7 last=7 (1024 GPUs)': the split as `Parallelism.label` writes it."""
         return f"{self.gpu_type} {self.parallelism.label()} ({self.num_gpus} GPU{'s' * (self.num_gpus != 1)})"
 
 
 _PLAN_FIELDS = [f for f in Plan.__dataclass_fields__]
 _INT_FIELDS = {"dp", "tp", "pp", "ep", "cp", "vp", "num_gpus", "micro_batch", "grad_accum", "memory_bytes", "headroom_bytes",
-               "gpu_memory_bytes"}
+               "gpu_memory_bytes", "first_stage_layers", "last_stage_layers"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +136,9 @@ class PlanSet:
 
     @cached_property
     def grid(self) -> pd.DataFrame:
-        """Every (gpu_type, d, t, p) enumerated, feasible or not, with memory and headroom (for heatmaps)."""
+        """Every (gpu_type, d, t, p, cp) enumerated, feasible or not, with memory and headroom (for heatmaps); a
+        feasible cell shows its plan's split, an infeasible one its smallest-memory split, with step_time_s NaN (it
+        would run out of memory)."""
         return pd.DataFrame(self.grid_columns)
 
     @cached_property
@@ -145,7 +169,8 @@ class PlanSet:
                  if limits.get(k) not in (None, 0, 0.0)]
         kept = f"{len(self)} plans fit in memory" + (" and pass the constraints" if parts else "")
         return (f"{kept} ({'; '.join(parts)}). " if parts else f"{kept}. ") + (
-            f"Ranked by {keys}, then GPU type name, t, p, d, cp (objective: {self.objective}).")
+            f"Ranked by {keys}, then per-GPU memory (less first), then GPU type name, t, p, d, cp "
+            f"(objective: {self.objective}; values within a relative {SPEED_RTOL:g} tie).")
 
     @property
     def why_top(self) -> str | None:
@@ -162,7 +187,7 @@ class PlanSet:
         keys = _OBJECTIVE_KEYS[self.objective]
         for i, key in enumerate(keys):
             b_val, r_val = getattr(best, key), getattr(runner, key)
-            if not np.isclose(b_val, r_val, rtol=1e-9, atol=0):
+            if not np.isclose(b_val, r_val, rtol=SPEED_RTOL, atol=0):
                 words, fmt, _ = _KEY_WORDS[key]
                 b_txt, r_txt = fmt(b_val), fmt(r_val)
                 if b_txt == r_txt:  # close values: show enough digits to see the difference
@@ -171,8 +196,11 @@ class PlanSet:
                 phrase = f"{words} ({b_txt} vs {r_txt})"
                 lead = "wins on" if i == 0 else f"ties with the runner-up on {_KEY_WORDS[keys[0]][2]} and wins on"
                 return f"{best.label()} {lead} {phrase} over {runner.label()}; {tail}."
-        return (f"{best.label()} ties with {runner.label()} on every objective key and wins on the deterministic "
-                f"tie-break (GPU type name, then t, p, d, cp); {tail}.")
+        if best.memory_bytes != runner.memory_bytes:
+            return (f"{best.label()} ties with {runner.label()} on every objective key and wins on memory headroom "
+                    f"({best.memory_bytes / GIB:.2f} vs {runner.memory_bytes / GIB:.2f} GiB per GPU); {tail}.")
+        return (f"{best.label()} ties with {runner.label()} on every objective key and on memory, and wins on the "
+                f"deterministic tie-break (GPU type name, then t, p, d, cp); {tail}.")
 
 
 def _duration(seconds: float) -> str:
@@ -279,39 +307,139 @@ def titan_experts_fit(num_experts: int, shard, t, c, e):
 
 def virtual_pipeline_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
     """The vp the planner tries: 1, and under an interleaving stack every divisor of num_layers (rank_plans keeps
-    vp > 1 only where p > 1, p x vp divides the layers and the micro-batches m are a multiple of p, as Megatron's
-    interleaved schedule requires: schedules.py, microbatch_group_size_per_vp_stage = p)."""
+    vp > 1 only where p > 1, the stages hold whole chunks of vp (p x vp dividing the layers, or Megatron's uneven
+    rule: `training.pipeline_layout_problem`) and the micro-batches m are a multiple of p, as Megatron's interleaved
+    schedule requires: schedules.py, microbatch_group_size_per_vp_stage = p)."""
     if training.framework not in VP_FRAMEWORKS:
         return np.array([1], dtype=np.int64)
     return _divisors(model.num_layers)
 
 
 # Step times closer than this are one answer to the step-time model (its errors are several percent, docs/perf.md):
-# among a split's interleavings the planner keeps the fewest chunks within it of the fastest. Without it, vp = l / p
-# (one-layer chunks) wins by a fraction of a percent, since per-chunk costs beyond the sends are not modelled.
+# among a split's pipeline layouts (interleavings vp, uneven first / last stages) the planner keeps the fewest chunks
+# and the evenest stages within it of the fastest. Without it, vp = l / p (one-layer chunks) wins by a fraction of a
+# percent, since per-chunk costs beyond the sends are not modelled.
 VP_TOLERANCE = 0.01
+# Values closer than this (relative) are equal to the ranking: float noise must not decide between two plans that the
+# models price the same (issue 19: gpt2-xl's micro-batches 1 to 12 all take 2.668 s on one A100); where speeds tie,
+# the plan with the smaller per-GPU memory (more headroom) wins, here and in the final ranking.
+SPEED_RTOL = 1e-9
+# Stacks that take Megatron's uneven first / last stages (--decoder-first/last-pipeline-num-layers); unknown covers
+# Megatron. torchtitan has its own (lighter first / last stage) knobs but not Megatron's rule: not enumerated.
+UNEVEN_FRAMEWORKS = ("megatron", "unknown")
 
 
-def _fewest_chunks_within_tolerance(split: np.ndarray, v: np.ndarray, step: np.ndarray, fits: np.ndarray):
-    """A row mask: for each split (rows with the same `split` id: equal but for vp) that fits somewhere, only the
-    smallest vp whose step is within VP_TOLERANCE of that split's fastest fitting vp; splits that never fit keep
-    every row."""
-    order = np.lexsort((v, split))
-    key = split[order]
-    start = np.ones(len(order), dtype=bool)
-    start[1:] = key[1:] != key[:-1]
-    gid = np.cumsum(start) - 1
-    fit_step = np.where(fits, step, np.inf)[order]
-    best = np.minimum.reduceat(fit_step, np.flatnonzero(start)) if len(order) else fit_step
-    near = np.isfinite(fit_step) & (fit_step <= best[gid] * (1.0 + VP_TOLERANCE))
-    rows = np.flatnonzero(near)
-    chosen = np.zeros(len(order), dtype=bool)
-    if len(rows):  # rows are sorted by split, then vp: the first near row of each split has the smallest vp
-        chosen[rows[np.r_[True, gid[rows][1:] != gid[rows][:-1]]]] = True
-    keep_sorted = chosen | ~np.isfinite(best)[gid]
-    keep = np.empty(len(order), dtype=bool)
-    keep[order] = keep_sorted
-    return keep
+def pipeline_layouts(model: ModelSpec, training: TrainingSpec, max_stages: int) -> np.ndarray:
+    """The (p, vp, first, last, rank) rows the planner tries, int64, p <= max_stages: p dividing the layers with the
+    even split (0, 0), and under Megatron (UNEVEN_FRAMEWORKS) every (first, last) of `uneven_stage_options(l, p, vp)`
+    (first / last stages up to UNEVEN_LIGHTER_LAYERS lighter than the middle ones, so p divides one of l .. l + 4).
+    `rank` orders a (p, vp)'s layouts evenest first (the order uneven_stage_options gives); layouts that put the same
+    layers on the first and last stage as one listed before are left out.
+
+    >>> from frenzy_core.models import ZOO
+    >>> mcore = TrainingSpec(framework="megatron")
+    >>> [r.tolist() for r in pipeline_layouts(ZOO["gpt2"], mcore, 4) if r[0] == 4]  # 12 layers on 4 stages
+    [[4, 1, 0, 0, 0], [4, 1, 2, 2, 1], [4, 2, 2, 2, 0], [4, 3, 0, 0, 0]]
+    >>> sorted({int(r[0]) for r in pipeline_layouts(ZOO["gpt2"], TrainingSpec(), 64)})  # pytorch: divisors only
+    [1, 2, 3, 4, 6, 12]
+    """
+    rows = _layouts(model.num_layers, tuple(int(v) for v in virtual_pipeline_sizes(model, training)),
+                    training.framework in UNEVEN_FRAMEWORKS, min(model.num_layers, max_stages))
+    return np.array(rows, dtype=np.int64).reshape(-1, 5)
+
+
+@functools.lru_cache(maxsize=256)
+def _layouts(num_layers: int, v_all: tuple[int, ...], uneven: bool, top: int) -> tuple[tuple[int, ...], ...]:
+    """`pipeline_layouts`' rows as tuples: a pure function of its arguments, cached because the planner asks for the
+    same few models' layouts on every call (about 1 ms each for 60-130 layers)."""
+    spread = 2 * UNEVEN_LIGHTER_LAYERS if uneven else 0  # layers the first and last stage may give up together
+    stages = sorted({p for extra in range(spread + 1) for p in divisors(num_layers + extra) if p <= top})
+    rows = []
+    for p in stages:
+        for v in v_all:
+            if v > 1 and (p == 1 or p * v > num_layers):  # each chunk holds at least one layer
+                continue
+            if uneven:
+                options = uneven_stage_options(num_layers, p, v)
+            else:
+                options = ((0, 0),) if interleaving_allowed(num_layers, p, v, 0) else ()
+            seen: set[tuple[float, float]] = set()
+            for first, last in options:
+                # the layers the first and last stage really hold: (0, 30) and (31, 30) are one split of 61 layers
+                # over 2 stages, and (4, 4) of 8 is the even split; keep the first uneven_stage_options lists
+                ends = tuple(float(n) for n in stage_layer_counts(num_layers, p, np.array([0, p - 1]), first, last))
+                if ends not in seen:
+                    seen.add(ends)
+                    rows.append((p, v, first, last, len(seen) - 1))
+    return tuple(rows)
+
+
+def _best_within(group: np.ndarray, score: np.ndarray, rtol: float, *ties: np.ndarray) -> np.ndarray:
+    """Row indices, one per group (ascending group): among the rows whose score is within rtol (relative) of the
+    group's smallest, the first by `ties` (most significant first, ascending).
+
+    >>> _best_within(np.array([0, 0, 0, 1]), np.array([1.0, 1.005, 2.0, 3.0]), 0.01, np.array([2, 1, 0, 0])).tolist()
+    [1, 3]
+    """
+    if not len(group):
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((score, group))
+    g = group[order]
+    start = np.r_[True, g[1:] != g[:-1]]
+    s = score[order]
+    lowest = s[start][np.cumsum(start) - 1]
+    near = order[s <= lowest + rtol * np.abs(lowest)]  # each group's prefix within rtol of its smallest
+    pick = near[np.lexsort((*(t[near] for t in reversed(ties)), group[near]))]
+    gp = group[pick]
+    return pick[np.r_[True, gp[1:] != gp[:-1]]]
+
+
+def _plan_per_cell(rows: np.ndarray, cell: np.ndarray, split: np.ndarray, step: np.ndarray, tie: np.ndarray,
+                   simple: np.ndarray | None) -> np.ndarray:
+    """The plan rows (ascending cell) among the fitting `rows`: per split (rows equal but for the pipeline layout),
+    the simplest layout (smallest `simple`: fewest chunks, then the evenest stages) within VP_TOLERANCE of the
+    split's fastest; then per (d, t, p, cp) cell the fastest of those, steps within SPEED_RTOL tying, won by the
+    smallest `tie` (a rank: memory, ep, vp, layout, micro-batch). `simple` None: one layout per split. One sort.
+
+    >>> rows, cell, split = np.arange(4), np.array([0, 0, 0, 1]), np.array([0, 0, 1, 2])
+    >>> step, tie, simple = np.array([1.0, 1.005, 1.005, 3.0]), np.array([3, 2, 1, 0]), np.array([1, 0, 0, 0])
+    >>> _plan_per_cell(rows, cell, split, step, tie, simple).tolist()  # split 0 takes row 1; it ties row 2: tie 1 wins
+    [2, 3]
+    """
+    if not len(rows):
+        return rows
+    order = rows[np.lexsort((step[rows], split[rows], cell[rows]))]
+    if simple is not None:  # per split: the first row of the smallest `simple` among those near its fastest
+        sp = split[order]
+        start = np.flatnonzero(np.r_[True, sp[1:] != sp[:-1]])
+        st = step[order]
+        fastest = np.repeat(st[start], np.diff(np.r_[start, len(order)]))
+        n = len(order)
+        key = np.where(st <= fastest + VP_TOLERANCE * np.abs(fastest), simple[order] * n + np.arange(n),
+                       np.iinfo(np.int64).max)
+        order = order[np.minimum.reduceat(key, start) % n]
+    ce, st, n = cell[order], step[order], len(order)
+    start = np.flatnonzero(np.r_[True, ce[1:] != ce[:-1]])
+    fastest = np.repeat(np.minimum.reduceat(st, start), np.diff(np.r_[start, n]))
+    key = np.where(st <= fastest + SPEED_RTOL * np.abs(fastest), tie[order] * n + np.arange(n),
+                   np.iinfo(np.int64).max)
+    return order[np.minimum.reduceat(key, start) % n]
+
+
+def _tie_ranks(values: np.ndarray, rtol: float = SPEED_RTOL) -> np.ndarray:
+    """Dense ranks of `values` (int64) in which a value within rtol (relative) of the next smaller one shares its rank:
+    the sort key that makes float noise a tie.
+
+    >>> _tie_ranks(np.array([2.0, 1.0, 1.0 + 1e-12, 3.0])).tolist()
+    [2, 1, 1, 3]
+    """
+    x = np.asarray(values, dtype=np.float64)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    new = np.r_[True, (xs[1:] - xs[:-1]) > rtol * np.abs(xs[:-1])] if len(xs) else np.zeros(0, dtype=bool)
+    ranks = np.empty(len(x), dtype=np.int64)
+    ranks[order] = np.cumsum(new)
+    return ranks
 
 
 def ep_allowed(model: ModelSpec, training: TrainingSpec, d, t, c, e):
@@ -338,9 +466,11 @@ def _divisors(n: int) -> np.ndarray:
 
 
 def _sort_keys(objective: str, cols: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """np.lexsort keys, least significant first; the last key is the primary one."""
-    tie = [cols["cp"], cols["dp"], cols["pp"], cols["tp"], cols["type_rank"]]
-    return tie + [cols[k] for k in reversed(_OBJECTIVE_KEYS[objective])]
+    """np.lexsort keys, least significant first; the last key is the primary one. Float keys within SPEED_RTOL tie
+    (`_tie_ranks`); after the objective's keys the smaller per-GPU memory wins, then the deterministic tie-break."""
+    tie = [cols["cp"], cols["dp"], cols["pp"], cols["tp"], cols["type_rank"], cols["memory_bytes"]]
+    keys = [cols[k] if k == "num_gpus" else _tie_ranks(cols[k]) for k in reversed(_OBJECTIVE_KEYS[objective])]
+    return tie + keys
 
 
 def rank_plans(
@@ -349,7 +479,7 @@ def rank_plans(
     cluster: Cluster,
     *,
     objective: str = "time",
-    tokens: float = 1e10,
+    tokens: float = DEFAULT_TOKENS,
     method: str = "detailed",
     safety_margin: float = DEFAULT_SAFETY_MARGIN,
     overhead: OverheadSpec = DEFAULT_OVERHEAD,
@@ -397,103 +527,147 @@ def rank_plans(
     max_total = max(by_type[n] for n in names)
     max_node = max(summary[n].max_gpus_per_node for n in names)
 
-    # The candidate grid shared by every GPU type: (d, b) with d x b dividing B, t dividing the heads, p the layers.
+    # The candidate grid shared by every GPU type: (d, b) with d x b dividing B, t dividing the heads, the pipeline
+    # layouts (p, vp, first, last) of `pipeline_layouts`, ep and cp. Rows are built from index grids, so the group
+    # ids below (one per split, one per (d, t, p, cp)) are integer arithmetic.
     d_all = _divisors(B)
-    pairs = [(d, b) for d in d_all if d <= max_total for b in _divisors(B // int(d))
+    d_all = d_all[d_all <= max_total]
+    pairs = [(i, b) for i, d in enumerate(d_all.tolist()) for b in _divisors(B // d).tolist()
              if micro_batch is None or b == micro_batch]
+    db = np.array(pairs, dtype=np.int64).reshape(-1, 2)  # (index into d_all, micro-batch)
     t_all = _divisors(heads_gcd)
     t_all = t_all[t_all <= max_node]
-    p_all = _divisors(model.num_layers)
-    p_all = p_all[p_all <= max_total]
     e_all = expert_parallel_sizes(model, training)
     c_all = context_parallel_sizes(training, max_total)
-    v_all = virtual_pipeline_sizes(model, training)
-    db = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-    # (p, vp) pairs first: an interleaving needs p > 1 and p x vp dividing the layers
-    pv = np.array([(pi, vi) for pi in p_all for vi in v_all if interleaving_allowed(model.num_layers, pi, vi, 0)],
-                  dtype=np.int64).reshape(-1, 2)
-    T, J, K, E, C = np.meshgrid(t_all, np.arange(len(pv)), np.arange(len(db)), e_all, c_all, indexing="ij")
-    t_g, e_g, c_g = T.ravel(), E.ravel(), C.ravel()
-    p_g, v_g = pv[J.ravel(), 0], pv[J.ravel(), 1]
-    d_g, b_g = db[K.ravel(), 0], db[K.ravel(), 1]
+    layouts = pipeline_layouts(model, training, max_total)
+    p_all, p_index = np.unique(layouts[:, 0], return_inverse=True)
+    # (t, layout, d x b) first, cut to the splits that fit the GPU count and the interleaving rule, then x (ep, cp)
+    T, J, K = (x.ravel() for x in np.meshgrid(np.arange(len(t_all)), np.arange(len(layouts)), np.arange(len(db)),
+                                              indexing="ij"))
+    p_base = layouts[J, 0]
+    d_base = d_all[db[K, 0]]
+    base = np.flatnonzero((d_base * t_all[T] * p_base * c_all[0] <= max_total) & (
+        # Megatron's interleaved schedule: the m micro-batches per replica a multiple of p (schedules.py:
+        # microbatch_group_size_per_vp_stage = p); the layers of every layout already fit (pipeline_layouts)
+        (layouts[J, 1] == 1) | ((B // (d_base * db[K, 1])) % p_base == 0)))
+    ec = len(e_all) * len(c_all)
+    row = np.repeat(base, ec)
+    ti, ji, ki = T[row], J[row], K[row]
+    ei, ci = np.tile(np.repeat(np.arange(len(e_all)), len(c_all)), len(base)), np.tile(np.arange(len(c_all)),
+                                                                                       len(base) * len(e_all))
+    di = db[ki, 0]
+    t_g, e_g, c_g, d_g, p_g = t_all[ti], e_all[ei], c_all[ci], d_all[di], layouts[ji, 0]
     n_g = d_g * t_g * p_g * c_g
-    keep = (n_g <= max_total) & ep_allowed(model, training, d_g, t_g, c_g, e_g)
-    keep &= interleaving_allowed(model.num_layers, p_g, v_g, B // (d_g * b_g))
-    t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g = (x[keep] for x in (t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g))
-    # one id per split up to vp (rows that differ only in vp share it), for the interleaving rule below
-    split_g = np.zeros(len(d_g), dtype=np.int64)
-    if len(v_all) > 1:  # mixed radix over each column's distinct values
-        for col in (d_g, t_g, p_g, c_g, b_g, e_g):
-            values = np.unique(col)
-            split_g = split_g * len(values) + np.searchsorted(values, col)
+    keep = np.flatnonzero((n_g <= max_total) & ep_allowed(model, training, d_g, t_g, c_g, e_g))
+    ti, ji, ki, ei, ci, di = (x[keep] for x in (ti, ji, ki, ei, ci, di))
+    t_g, e_g, c_g, d_g, p_g, n_g = (x[keep] for x in (t_g, e_g, c_g, d_g, p_g, n_g))
+    b_g = db[ki, 1]
+    v_g, f_g, l_g, o_g = (layouts[ji, k] for k in range(1, 5))
+    pi = p_index[ji]
+    # one id per (d, t, p, cp): a heatmap cell and a plan; one per split up to the layout (vp, first, last); one per
+    # chain of micro-batches (rows equal but for b; the grid holds each chain's rows in ascending b)
+    cell_g = ((di * len(t_all) + ti) * len(p_all) + pi) * len(c_all) + ci
+    split_g = ((ki * len(t_all) + ti) * len(p_all) + pi) * len(c_all) + ci
+    split_g = split_g * len(e_all) + ei
+    chain_g = (((di * len(t_all) + ti) * len(layouts) + ji) * len(e_all) + ei) * len(c_all) + ci
+    grid_cols = (t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g, f_g, l_g, o_g, cell_g, split_g)
+    several_layouts = len(layouts) > len(p_all)  # some p has more than one (vp, first, last) to choose from
 
-    # Memory does not depend on the GPU type: one vectorised call for the whole grid.
-    mem_g = np.asarray(predict_memory_totals(model, training, d_g, t_g, p_g, b_g, method=method, overhead=overhead,
-                                             ep=e_g, cp=c_g, vp=v_g), dtype=np.float64)
+    # Memory does not depend on the GPU type: vectorised calls for the whole grid. It never falls as the micro-batch
+    # grows (the activations, the in-flight micro-batches min(p - stage, m) x b with m = B / (d b), and the
+    # temporaries grow with b; the rest does not depend on it: tests/test_plans.py checks it over the zoo and every
+    # known framework; framework unknown's band, a max over recipes, is evaluated whole), so a chain whose
+    # smallest micro-batch fits no GPU of the cluster has no row that fits, and its
+    # other rows are never evaluated (7 in 10 of DeepSeek-V3's under Megatron on 1,024 GPUs of each type).
+    def memory(rows):
+        t, p, d, b, _, e, c, v, f, last = (x[rows] for x in grid_cols[:10])
+        return np.asarray(predict_memory_totals(model, training, d, t, p, b, method=method, overhead=overhead, ep=e,
+                                                cp=c, vp=v, first_stage_layers=f, last_stage_layers=last),
+                          dtype=np.float64)
+
+    # Each chain's rows in ascending b are evaluated in rounds of 1, 1, 2, 4, ... rows, while the chain's last row
+    # fits the largest GPU; once most chains of a round still fit, their remaining rows go in one last call.
+    chain = np.unique(chain_g, return_inverse=True)[1].ravel()
+    by_chain = np.argsort(chain, kind="stable")
+    starts = np.flatnonzero(np.r_[True, chain[by_chain][1:] != chain[by_chain][:-1]])
+    position = np.empty(len(chain), dtype=np.int64)
+    position[by_chain] = np.arange(len(chain)) - np.repeat(starts, np.diff(np.r_[starts, len(chain)]))
+    largest_usable = max(table[n].memory_bytes for n in names) * (1.0 - safety_margin)
+    alive = np.ones(len(starts), dtype=bool)
+    mem_all = np.full(len(chain), np.nan)
+    low, high = 0, (len(chain) + 1 if training.framework == "unknown" else 1)  # unknown: all rows in one call
+    while True:
+        batch = np.flatnonzero((position >= low) & (position < high) & alive[chain])
+        if not len(batch):
+            break
+        mem_all[batch] = memory(batch)
+        evaluated = np.unique(chain[batch])
+        alive[chain[batch][mem_all[batch] > largest_usable]] = False
+        low, high = high, (2 * high if alive[evaluated].mean() < 0.5 else len(chain))
+    rows = np.flatnonzero(~np.isnan(mem_all))
+    mem_g = mem_all[rows]
+    t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g, f_g, l_g, o_g, cell_g, split_g = (x[rows] for x in grid_cols)
     min_memory = float(mem_g.min()) if len(mem_g) else 0.0
+    # Per (d, t, p, cp) cell, type-independent: its GPUs and t, and its smallest-memory row (the heatmap shows it
+    # where nothing fits). A GPU type's fitting rows are a prefix of the rows sorted by memory. The tie-breaks are
+    # type-independent too, each one rank over the grid: (memory, ep, vp, layout, micro-batch) and (vp, layout).
+    cells, first_row, cell_of = np.unique(cell_g, return_index=True, return_inverse=True)
+    cell_n, cell_t = n_g[first_row], t_g[first_row]
+    cell_ti = np.searchsorted(t_all, cell_t)
+    tie_g = np.empty(len(mem_g), dtype=np.int64)
+    tie_g[np.lexsort((b_g, o_g, v_g, e_g, mem_g))] = np.arange(len(mem_g))
+    simple_g = v_g * (int(o_g.max()) + 1 if len(o_g) else 1) + o_g  # fewest chunks, then the evenest stages
+    cell_low = _best_within(cell_of, mem_g, 0.0, tie_g)
+    cell_low_mem = mem_g[cell_low]
+    by_memory = np.argsort(mem_g, kind="stable")
+    sorted_memory = mem_g[by_memory]
 
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in (*_PLAN_FIELDS, "type_rank")}
-    grid_parts: list[dict[str, np.ndarray]] = []
-    tokens_per_step = float(training.tokens_per_step())
-    for rank, name in enumerate(sorted(names)):
+    grid_rows, grid_steps, grid_types, plan_rows, plan_steps, plan_types = [], [], [], [], [], []
+    ordered = sorted(names)
+    usable_by_type = [table[n].memory_bytes * (1.0 - safety_margin) for n in ordered]
+    for rank, name in enumerate(ordered):
         gpu = table[name]
         per_node = summary[name].max_gpus_per_node
-        intra_gbyte_s, network_gbit_s = summary[name].min_intra_link_gbyte_s, summary[name].min_network_gbit_s
         # a plan's t-groups each sit inside one node: only whole groups of t per node count
-        cap_by_t = {int(tv): summary[name].capacity_for_tp(int(tv)) for tv in t_all}
-        cap = np.array([cap_by_t[int(tv)] for tv in t_all], dtype=np.int64)[np.searchsorted(t_all, t_g)]
-        sel = (n_g <= cap) & (t_g <= per_node)
-        if not sel.any():
+        cap = np.array([summary[name].capacity_for_tp(int(tv)) for tv in t_all], dtype=np.int64)
+        cell_ok = (cell_n <= cap[cell_ti]) & (cell_t <= per_node)
+        if not cell_ok.any():
             continue
-        d, t, p, b, n, mem, e, c, v, split = (x[sel] for x in (d_g, t_g, p_g, b_g, n_g, mem_g, e_g, c_g, v_g, split_g))
-        step = np.asarray(step_time_totals(
-            model, training, gpu, d, t, p, b,
-            intra_link_gbyte_s=intra_gbyte_s,
-            network_gbit_s=network_gbit_s,
-            gpus_per_node=per_node,
-            ep=e,
-            cp=c,
-            vp=v,
-        ), dtype=np.float64)
-        usable = gpu.memory_bytes * (1.0 - safety_margin)
-        fits = mem <= usable
-        if len(v_all) > 1:
-            keep_vp = _fewest_chunks_within_tolerance(split, v, step, fits)
-            d, t, p, b, n, mem, e, c, v, step, fits = (x[keep_vp] for x in (d, t, p, b, n, mem, e, c, v, step, fits))
-        # One row per (d, t, p, cp): the fitting micro-batch (with its ep and vp) with the shortest step (ties ->
-        # larger micro-batch, then smaller ep, then smaller vp); when none fits, the smallest-memory one (heatmap).
-        order = np.lexsort((v, e, -b, np.where(fits, step, mem), ~fits, c, p, t, d))
-        first = np.ones(len(order), dtype=bool)
-        key = np.stack([d[order], t[order], p[order], c[order]], axis=1)
-        first[1:] = np.any(key[1:] != key[:-1], axis=1)
-        pick = order[first]
-        grid_parts.append({
-            "gpu_type": np.full(len(pick), name, dtype=object), "dp": d[pick], "tp": t[pick], "pp": p[pick],
-            "ep": e[pick], "cp": c[pick], "vp": v[pick], "num_gpus": n[pick], "micro_batch": b[pick], "memory_bytes": mem[pick],
-            "usable_bytes": np.full(len(pick), usable), "headroom_bytes": usable - mem[pick],
-            "feasible": fits[pick], "step_time_s": step[pick],
-        })
-        ok = pick[fits[pick]]
-        if not len(ok):
-            continue
-        st = step[ok]
-        tps = tokens_per_step / st
-        ttt = tokens / tps
-        gh = n[ok] * ttt / SECONDS_PER_HOUR
-        m = len(ok)
-        for k, column in {
-            "gpu_type": np.full(m, name, dtype=object), "dp": d[ok], "tp": t[ok], "pp": p[ok], "num_gpus": n[ok],
-            "micro_batch": b[ok], "grad_accum": B // (b[ok] * d[ok]), "memory_bytes": np.ceil(mem[ok]),
-            "headroom_bytes": np.floor(usable - mem[ok]), "gpu_memory_bytes": np.full(m, gpu.memory_bytes),
-            "step_time_s": st, "tokens_per_s": tps, "time_to_train_s": ttt, "gpu_hours": gh,
-            "cost_usd": gh * gpu.price_per_hour_usd, "ep": e[ok], "cp": c[ok], "vp": v[ok],
-            "type_rank": np.full(m, rank),
-        }.items():
-            cols[k].append(column)
+        usable = usable_by_type[rank]
+        fit_rows = by_memory[:np.searchsorted(sorted_memory, usable, side="right")]
+        fit_rows = fit_rows[cell_ok[cell_of[fit_rows]]]
+        other = cell_low[cell_ok & (cell_low_mem > usable)]  # cells where nothing fits: their smallest-memory row
+        step = np.full(len(mem_g), np.nan)  # a split that does not fit has no step: it runs out of memory
+        if len(fit_rows):
+            step[fit_rows] = np.asarray(step_time_totals(
+                model, training, gpu, d_g[fit_rows], t_g[fit_rows], p_g[fit_rows], b_g[fit_rows],
+                intra_link_gbyte_s=summary[name].min_intra_link_gbyte_s,
+                network_gbit_s=summary[name].min_network_gbit_s,
+                gpus_per_node=per_node,
+                ep=e_g[fit_rows],
+                cp=c_g[fit_rows],
+                vp=v_g[fit_rows],
+                first_stage_layers=f_g[fit_rows],
+                last_stage_layers=l_g[fit_rows],
+            ), dtype=np.float64)
+        ok = _plan_per_cell(fit_rows, cell_of, split_g, step, tie_g, simple_g if several_layouts else None)
+        pick = np.concatenate([ok, other])
+        pick = pick[np.argsort(cell_of[pick], kind="stable")]  # grid rows in (d, t, p, cp) order
+        grid_rows.append(pick), grid_steps.append(step[pick]), grid_types.append(np.full(len(pick), rank))
+        plan_rows.append(ok), plan_steps.append(step[ok]), plan_types.append(np.full(len(ok), rank))
 
     largest = max(names, key=lambda x: (table[x].memory_bytes, x))
-    grid = ({k: np.concatenate([g[k] for g in grid_parts]) for k in grid_parts[0]} if grid_parts else {})
-    if not cols["dp"]:
+    grid = {}
+    if grid_rows:
+        g, kind = np.concatenate(grid_rows), np.concatenate(grid_types)
+        usable_g = np.array(usable_by_type)[kind]
+        grid = {"gpu_type": np.array(ordered, dtype=object)[kind], "dp": d_g[g], "tp": t_g[g], "pp": p_g[g],
+                "ep": e_g[g], "cp": c_g[g], "vp": v_g[g], "first_stage_layers": f_g[g], "last_stage_layers": l_g[g],
+                "num_gpus": n_g[g], "micro_batch": b_g[g], "memory_bytes": mem_g[g], "usable_bytes": usable_g,
+                "headroom_bytes": usable_g - mem_g[g], "feasible": mem_g[g] <= usable_g,
+                "step_time_s": np.concatenate(grid_steps)}
+    ok = np.concatenate(plan_rows) if plan_rows else np.zeros(0, dtype=np.int64)
+    if not len(ok):
         gpu = table[largest]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
         explanation = (
@@ -505,7 +679,23 @@ def rank_plans(
         empty = {k: np.array([], dtype=object if k == "gpu_type" else float) for k in _PLAN_FIELDS}
         return PlanSet(objective, empty, grid, explanation, int(min_memory), largest)
 
-    merged = {k: np.concatenate(v) for k, v in cols.items()}
+    kind = np.concatenate(plan_types)
+    gpus = [table[n] for n in ordered]
+    st = np.concatenate(plan_steps)
+    tps = float(training.tokens_per_step()) / st
+    ttt = tokens / tps
+    gh = n_g[ok] * ttt / SECONDS_PER_HOUR
+    usable = np.array(usable_by_type)[kind]
+    merged = {
+        "gpu_type": np.array(ordered, dtype=object)[kind], "dp": d_g[ok], "tp": t_g[ok], "pp": p_g[ok],
+        "num_gpus": n_g[ok], "micro_batch": b_g[ok], "grad_accum": B // (b_g[ok] * d_g[ok]),
+        "memory_bytes": np.ceil(mem_g[ok]), "headroom_bytes": np.floor(usable - mem_g[ok]),
+        "gpu_memory_bytes": np.array([g.memory_bytes for g in gpus])[kind], "step_time_s": st, "tokens_per_s": tps,
+        "time_to_train_s": ttt, "gpu_hours": gh,
+        "cost_usd": gh * np.array([g.price_per_hour_usd for g in gpus], dtype=np.float64)[kind], "ep": e_g[ok],
+        "cp": c_g[ok], "vp": v_g[ok], "first_stage_layers": f_g[ok], "last_stage_layers": l_g[ok],
+        "type_rank": kind,
+    }
     merged, dropped = _apply_constraints(merged, scaling_floor, max_gpus, deadline_s, budget_usd)
     extra = {"dropped": dropped, "constraints": {"scaling_floor": scaling_floor, "max_gpus": max_gpus,
                                                  "deadline_s": deadline_s, "budget_usd": budget_usd}}

@@ -107,6 +107,12 @@ class TrainingSpec(BaseModel):
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
+    # Communication hidden behind compute (perf.comm_overlaps); None = the framework's default. Data parallel: Megatron
+    # --overlap-grad-reduce / --overlap-param-gather, FSDP / ZeRO-3 prefetch, DeepSpeed overlap_comm (default: on for
+    # megatron, fsdp2 and ZeRO-3). Tensor parallel: Megatron --tp-comm-overlap, torchtitan AsyncTP (default: on for
+    # megatron with sequence parallelism). False reproduces the no-overlap step model.
+    overlap_dp_comm: bool | None = None
+    tp_comm_overlap: bool | None = None
     # DeepSpeed zero_optimization values of the run (deepspeed/runtime/zero/config.py), in elements; 0: DeepSpeed's
     # default (5e8, 1e9, 1e9). Only the deepspeed recipe reads them.
     reduce_bucket_size: int = 0  # the contiguous gradient bucket (ZeRO-1/2: per backward; ZeRO-3: allocated once)
@@ -200,6 +206,12 @@ class Parallelism:
     # expert tensor parallelism (Megatron --expert-tensor-parallel-size): each expert's linears split etp ways;
     # 0 means tp, Megatron's default (megatron/training/arguments.py: expert_tensor_parallel_size = tp if None)
     etp: int = 0
+    # uneven pipeline stages (Megatron --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers,
+    # TransformerConfig.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage): the layers of the
+    # first / last stage; 0 means unset (Megatron's None): that stage is a middle one. The middle stages split the
+    # rest evenly (`check_pipeline_layout` states the rule); both 0 is the even split num_layers / p.
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
 
     @property
     def expert_tp(self) -> int:
@@ -210,11 +222,27 @@ class Parallelism:
     def num_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    @property
+    def uneven(self) -> bool:
+        """Whether the first or the last pipeline stage has its own layer count."""
+        return bool(self.first_stage_layers or self.last_stage_layers)
+
     def label(self) -> str:
-        """d=2 t=4 p=1, then vp / cp / ep / etp where they are not their default."""
+        """d=2 t=4 p=1, then vp / cp / ep / etp / first / last where they are not their default."""
         extra = [f"{k}={v}" for k, v, default in (("vp", self.vp, 1), ("cp", self.cp, 1), ("ep", self.ep, 1),
-                                                   ("etp", self.etp, 0)) if v != default]
+                                                   ("etp", self.etp, 0), ("first", self.first_stage_layers, 0),
+                                                   ("last", self.last_stage_layers, 0)) if v != default]
         return " ".join([f"d={self.dp} t={self.tp} p={self.pp}", *extra])
+
+    def stage_layers(self, num_layers: int) -> tuple[int, ...]:
+        """Layers on each pipeline stage, first to last (a valid split: see `check_pipeline_layout`).
+
+        >>> Parallelism(pp=16, first_stage_layers=7, last_stage_layers=7).stage_layers(126)[:3]
+        (7, 8, 8)
+        """
+        counts = stage_layer_counts(num_layers, self.pp, np.arange(self.pp), self.first_stage_layers,
+                                    self.last_stage_layers)
+        return tuple(int(round(float(n))) for n in counts)
 
 
 def expert_tp_array(etp, tp):
@@ -245,12 +273,7 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
             raise SpecError(field, f"must be an integer from 1 to {MAX_PARALLEL:,}, got {short_repr(getattr(par, field))}")
     if model.num_heads % par.tp or model.kv_heads % par.tp:
         raise SpecError("tp", f"must divide num_heads ({model.num_heads}) and num_kv_heads ({model.kv_heads}), got {par.tp}")
-    if model.num_layers % par.pp:
-        raise SpecError("pp", f"must divide num_layers ({model.num_layers}), got {par.pp}")
-    if par.vp > 1 and (par.pp == 1 or model.num_layers % (par.pp * par.vp)):
-        raise SpecError(
-            "vp", f"interleaving needs pp > 1 and pp x vp dividing num_layers ({model.num_layers}), got pp={par.pp} vp={par.vp}"
-        )
+    check_pipeline_layout(model.num_layers, par)
     if not 0 <= par.etp <= MAX_PARALLEL:
         raise SpecError("etp", f"must be 0 (= tp) or an integer from 1 to {MAX_PARALLEL:,}, got {short_repr(par.etp)}")
     if par.etp and not model.num_experts:
@@ -284,3 +307,195 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
             f"use a multiple of {per_step}",
         )
     return training.global_batch // per_step
+
+
+# --- the pipeline layout --------------------------------------------------------------------------------------------
+# Megatron-Core's uneven pipeline split (megatron/core/transformer/transformer_config.py, TransformerConfig
+# __post_init__, "Uneven PP"; read at d98e8a64): a first (last) stage with its own layer count takes those layers
+# out, the p - #uneven middle stages share the rest evenly, and under interleaving (vp chunks per rank) the first,
+# the last and each middle stage's count must be multiples of vp. The layers' order follows
+# transformer_layer.py get_transformer_layer_offset: round r of the vp rounds holds num_layers / vp consecutive
+# layers, stage s's chunk of it starting after the chunks of the stages before s.
+UNEVEN_LIGHTER_LAYERS = 2  # `uneven_stage_options` tries first / last stages up to this many layers lighter
+
+
+def stage_layer_counts(num_layers: int, p, stage, first=0, last=0) -> np.ndarray:
+    """Layers on pipeline stage `stage` of p (numpy arrays broadcast; float64): `first` on stage 0 and `last` on
+    stage p - 1 where they are set (> 0), the middle count (num_layers - first - last) / #middle stages elsewhere.
+
+    >>> stage_layer_counts(126, 16, np.array([0, 1, 14, 15]), 7, 7).tolist()
+    [7.0, 8.0, 8.0, 7.0]
+    >>> stage_layer_counts(12, 4, np.arange(4)).tolist()  # the even split
+    [3.0, 3.0, 3.0, 3.0]
+    """
+    p, stage, f, lst = (np.asarray(x, dtype=np.float64) for x in (p, stage, first, last))
+    if not (f.any() or lst.any()):  # the even split
+        return num_layers / p + 0.0 * stage
+    middle = _middle_stage_layers(num_layers, p, f, lst)
+    return np.where((stage == 0) & (f > 0), f, np.where((stage == p - 1) & (lst > 0), lst, middle))
+
+
+def _middle_stage_layers(num_layers: int, p, f, lst) -> np.ndarray:
+    """Layers on each middle stage (0 when there is none: p = 2 with both ends set)."""
+    stages = p - (f > 0) - (lst > 0)
+    return np.where(stages > 0, (num_layers - f - lst) / np.maximum(stages, 1.0), 0.0)
+
+
+def stage_leading_layers(num_layers: int, leading: int, p, stage, first=0, last=0, vp=1) -> np.ndarray:
+    """How many of the model's first `leading` layers sit on pipeline stage `stage` (float64, arrays broadcast):
+    DeepSeek's first_k_dense dense layers. Megatron's order (get_transformer_layer_offset): round r of vp holds
+    layers r x num_layers / vp onwards, and stage s's chunk of n_s / vp layers starts after its predecessors'.
+
+    >>> stage_leading_layers(61, 3, 8, np.arange(3), 7, 6).tolist()  # DeepSeek-V3's 3 dense layers: all on stage 0
+    [3.0, 0.0, 0.0]
+    >>> stage_leading_layers(8, 3, 2, np.arange(2), vp=2).tolist()  # chunks [0 1] [4 5] | [2 3] [6 7]
+    [2.0, 1.0]
+    """
+    p, stage, f, lst, v = (np.asarray(x, dtype=np.float64) for x in (p, stage, first, last, vp))
+    even = not (f.any() or lst.any())
+    if even and not (v != 1).any():  # consecutive layers, l / p per stage
+        n = num_layers / p
+        return np.clip(leading - stage * n, 0.0, n)
+    middle = _middle_stage_layers(num_layers, p, f, lst)
+    chunk = np.where((stage == 0) & (f > 0), f, np.where((stage == p - 1) & (lst > 0), lst, middle)) / v
+    if not leading:
+        return 0.0 * chunk
+    first_chunk = np.where(f > 0, f, middle) / v
+    offset = np.where(stage == 0, 0.0, first_chunk + (stage - 1) * middle / v)  # within each round
+    # only the rounds that start before layer `leading` hold any of them
+    top = float(np.max(v)) if np.size(v) else 1.0
+    total = 0.0 * chunk
+    for r in range(int(min(top, np.ceil(leading * top / num_layers)))):
+        start = r * num_layers / v + offset
+        total = total + np.where(r < v, np.clip(leading - start, 0.0, chunk), 0.0)
+    return total
+
+
+def stage_of_layer(num_layers: int, layer, p, first=0, last=0, vp=1) -> np.ndarray:
+    """The pipeline stage holding layer `layer` (0-based) under Megatron's order (float64 stage index)."""
+    layer, p, f, lst, v = (np.asarray(x, dtype=np.float64) for x in (layer, p, first, last, vp))
+    if not (f.any() or lst.any() or (v != 1).any()):  # consecutive layers, l / p per stage
+        return np.clip(np.floor(layer / (num_layers / p)), 0.0, p - 1)
+    per_round = num_layers / v
+    offset = layer - np.floor(layer / per_round) * per_round  # position within its round
+    first_chunk = stage_layer_counts(num_layers, p, 0.0, f, lst) / v
+    middle_chunk = _middle_stage_layers(num_layers, p, f, lst) / v
+    middle = 1 + np.floor((offset - first_chunk) / np.where(middle_chunk > 0, middle_chunk, np.inf))
+    return np.clip(np.where(offset < first_chunk, 0.0, middle), 0.0, p - 1)
+
+
+def bounding_stages(num_layers: int, leading: int, p, first=0, last=0, vp=1) -> tuple:
+    """Pipeline stages that bound every stage's memory (float64 arrays): the first (embedding, most micro-batches in
+    flight), the first middle one where the first stage has its own count (a lighter first stage can leave stage 1
+    the most loaded), the stage holding layer `leading` and the next (dense-first MoE models: the first stages with
+    MoE layers; 0 = none), and the last (LM head and loss). Any other stage equals one of these in layers and
+    parameters and holds fewer micro-batches in flight.
+
+    >>> [float(s) for s in bounding_stages(126, 0, 16, 7, 7)]
+    [0.0, 1.0, 15.0]
+    """
+    p = np.asarray(p, dtype=np.float64)
+    stages = [0.0 * p]
+    if np.any(np.asarray(first) > 0):
+        stages.append(np.minimum(1.0, p - 1))
+    if leading:
+        boundary = stage_of_layer(num_layers, leading, p, first, last, vp)
+        stages += [boundary, np.minimum(boundary + 1, p - 1)]
+    stages.append(p - 1)
+    return tuple(stages)
+
+
+def pipeline_layout_problem(num_layers: int, p: int, vp: int = 1, first: int = 0, last: int = 0) -> str | None:
+    """Why (first, last) cannot split num_layers over p stages of vp chunks under Megatron's rule, or None.
+
+    >>> pipeline_layout_problem(126, 16, 1, 7, 7) is None
+    True
+    >>> pipeline_layout_problem(126, 16, 1, 7, 0)
+    'the 119 middle layers (num_layers 126 - first 7 - last 0) do not split evenly over 15 middle stages'
+    """
+    if not (first or last):
+        if num_layers % p:
+            return f"p ({p}) does not divide num_layers ({num_layers})"
+        if vp > 1 and (p == 1 or num_layers % (p * vp)):
+            return f"interleaving needs p > 1 and p x vp ({p} x {vp}) dividing num_layers ({num_layers})"
+        return None
+    if p == 1:
+        return "uneven stages need at least 2 pipeline stages"
+    for name, value in (("first", first), ("last", last)):
+        if value and value % vp:
+            return f"{name} ({value}) is not a multiple of vp ({vp}): each chunk of a stage holds the same layers"
+    stages = p - (first > 0) - (last > 0)
+    middle = num_layers - first - last
+    detail = f"(num_layers {num_layers} - first {first} - last {last})"
+    if middle < 0 or bool(middle) != bool(stages):
+        return f"{middle} middle layers {detail} for {stages} middle stages: either both or neither must be 0"
+    if stages and middle % stages:
+        return f"the {middle} middle layers {detail} do not split evenly over {stages} middle stages"
+    if stages and middle // stages % vp:
+        return f"each middle stage's {middle // stages} layers are not a multiple of vp ({vp})"
+    return None
+
+
+def check_pipeline_layout(num_layers: int, par: Parallelism) -> None:
+    """Raise SpecError naming the rule when `par`'s stages cannot hold num_layers (Megatron's, see above).
+
+    >>> check_pipeline_layout(126, Parallelism(pp=16, first_stage_layers=7, last_stage_layers=7))
+    >>> check_pipeline_layout(126, Parallelism(pp=16))
+    Traceback (most recent call last):
+    ...
+    frenzy_core.errors.SpecError: pp: must divide num_layers (126), got 16; or give first_stage_layers / last_stage_layers (uneven stages), e.g. 0/6, 7/7, 6/0
+    """
+    f, lst = par.first_stage_layers, par.last_stage_layers
+    for field, value in (("first_stage_layers", f), ("last_stage_layers", lst)):
+        if not 0 <= value <= MAX_PARALLEL:
+            raise SpecError(field, f"must be 0 (a middle stage's share) or a number of layers, got {short_repr(value)}")
+    problem = pipeline_layout_problem(num_layers, par.pp, par.vp, f, lst)
+    if problem is None:
+        return
+    options = ", ".join(f"{a}/{b}" for a, b in uneven_stage_options(num_layers, par.pp, par.vp)[:3])
+    hint = f"; or give first_stage_layers / last_stage_layers (uneven stages), e.g. {options}" if options else ""
+    if not par.uneven:
+        if num_layers % par.pp:
+            raise SpecError("pp", f"must divide num_layers ({num_layers}), got {par.pp}{hint}")
+        raise SpecError(
+            "vp", f"interleaving needs pp > 1 and pp x vp dividing num_layers ({num_layers}), got pp={par.pp} "
+                  f"vp={par.vp}{hint}"
+        )
+    raise SpecError(
+        "first_stage_layers" if f else "last_stage_layers",
+        f"{problem}. Megatron's uneven split (TransformerConfig num_layers_in_first/last_pipeline_stage): the "
+        f"first and last stages take their own layers, each a multiple of vp, and the num_layers - first - last "
+        f"middle layers divide over the p - #uneven middle stages in multiples of vp, at least one layer per stage "
+        f"(got num_layers={num_layers} pp={par.pp} vp={par.vp} first={f} last={lst}){hint}",
+    )
+
+
+def uneven_stage_options(num_layers: int, p: int, vp: int = 1) -> tuple[tuple[int, int], ...]:
+    """(first_stage_layers, last_stage_layers) pairs worth trying for p stages of vp chunks, 0 meaning a middle
+    stage's share: the even split (0, 0) where p x vp divides the layers, then every split whose first and last
+    stages are each 0 to UNEVEN_LIGHTER_LAYERS layers lighter than its middle stages (the first stage also holds the
+    embedding and the most micro-batches in flight, the last the LM head and the loss), valid under Megatron's rule
+    (`pipeline_layout_problem`); fewest layers moved first. Empty when p x vp cannot hold the layers at all.
+
+    >>> uneven_stage_options(126, 16)  # Llama-3.1-405B: middle stages of 8
+    ((0, 6), (7, 7), (6, 0))
+    >>> uneven_stage_options(126, 16, vp=2)  # 7 is not a multiple of 2
+    ((0, 6), (6, 0))
+    >>> uneven_stage_options(32, 4)  # even, or first and last 2 lighter than middle stages of 9
+    ((0, 0), (7, 7))
+    """
+    options: list[tuple[int, int]] = []
+    pairs = sorted(((a, b) for a in range(UNEVEN_LIGHTER_LAYERS + 1) for b in range(UNEVEN_LIGHTER_LAYERS + 1)),
+                   key=lambda ab: (ab[0] + ab[1], ab[0]))
+    for a, b in pairs:
+        if (num_layers + a + b) % p:
+            continue
+        middle = (num_layers + a + b) // p
+        first, last = (middle - a if a else 0), (middle - b if b else 0)
+        if (a and first < 1) or (b and last < 1) or (first, last) in options:
+            continue
+        if p == 1 and (first or last):
+            continue
+        if pipeline_layout_problem(num_layers, p, vp, first, last) is None:
+            options.append((first, last))
+    return tuple(options)

@@ -63,11 +63,12 @@ def test_every_type_says_where_its_mfu_comes_from():
 
 def test_efficiency_by_compute_dtype():
     a100 = CATALOG["A100-40GB"]
-    assert a100.efficiency("bf16") == a100.mfu == 0.509
+    # the A100-40GB's MFU run recomputed every block: its hardware efficiency comes from the same run's HFU
+    assert a100.mfu == 0.509 and a100.efficiency("bf16") == a100.hw_efficiency == 0.6479
     assert a100.efficiency("fp32") == 0.399
     assert a100.achieved_tflops("fp32") == pytest.approx(156 * 0.399)
     h100 = CATALOG["H100-80GB"]
-    assert h100.fp32_mfu is None and h100.efficiency("fp32") == h100.mfu  # no fp32 measurement: falls back
+    assert h100.fp32_mfu is None and h100.efficiency("fp32") == h100.hw_efficiency  # no fp32 measurement: falls back
 
 
 def test_measured_fields_validated():
@@ -78,3 +79,63 @@ def test_measured_fields_validated():
         make_gpu(**base, step_overhead_s=-1)
     with pytest.raises(SpecError, match="fp32_mfu"):
         make_gpu(**base, fp32_mfu=0)
+
+
+FOUNDRY_7B = dict(n_params=6_658_859_008, layers=32, d_model=4096, seq=2048)  # the quoted MPT-7B rows
+
+
+def test_hw_efficiency_is_the_published_figure_in_perfs_flop_count():
+    """llm-foundry's MFU counts 3 (2N + 4 l h s^2 / s) FLOPs per token over all s keys, its HFU 4 x that with
+    activation checkpointing; perf.py counts the same run's executed FLOPs (causal: s / 2 keys, recompute replayed).
+    hw_efficiency = the published figure x perf's count / theirs on the row the figure came from."""
+    from frenzy_core.models import ModelSpec
+    from frenzy_core.perf import training_flops_per_step
+    from frenzy_core.training import TrainingSpec
+
+    n, layers, h, s = FOUNDRY_7B.values()
+    # MPT-7B as bench/data/published_throughput.jsonl's rows give it (GeLU MLP of 4h, LayerNorm, tied head)
+    mpt7b = ModelSpec(name="mpt-7b", vocab_size=50368, hidden_size=h, num_layers=layers, num_heads=32,
+                      max_positions=s)
+    theirs = 3 * (2 * n + 4 * layers * h * s)
+    for name, published, recompute in (("H100-80GB", 0.4644, "none"), ("A100-80GB", 0.6423, "none"),
+                                       ("A100-40GB", 0.6789, "full")):
+        tr = TrainingSpec(seq_len=s, global_batch=1, recompute=recompute)
+        ours = training_flops_per_step(mpt7b, tr) / s
+        counted = theirs * (4 / 3 if recompute == "full" else 1)  # HFU: 4 passes
+        assert CATALOG[name].hw_efficiency == pytest.approx(published * ours / counted, abs=6e-4), name
+    # the Hopper / Blackwell types without a run of their own take the H100's
+    for name in ("H200-141GB", "B200", "GB200"):
+        assert CATALOG[name].hw_efficiency == CATALOG["H100-80GB"].hw_efficiency
+        assert "assumed" in CATALOG[name].mfu_source
+
+
+@pytest.mark.parametrize("name, fp8, bf16", [("H100-80GB", 1979, 989), ("H200-141GB", 1979, 989),
+                                             ("H100-96GB", 1979, 989), ("B200", 4500, 2250), ("GB200", 5000, 2500)])
+def test_fp8_peaks_are_the_datasheets_dense_figures_twice_bf16(name, fp8, bf16):
+    gpu = CATALOG[name]
+    assert (gpu.fp8_tflops, gpu.bf16_tflops) == (fp8, bf16) and gpu.peak_tflops("fp8") == fp8
+    assert "fp8" in gpu.source
+
+
+def test_parts_without_fp8_tensor_cores_run_fp8_linears_at_the_bf16_peak():
+    assert CATALOG["A100-80GB"].fp8_tflops is None and CATALOG["A100-80GB"].peak_tflops("fp8") == 312
+    with pytest.raises(SpecError, match="fp8_tflops"):
+        make_gpu(name="X", memory_gib=8, bf16_tflops=1, fp32_tflops=1, memory_bandwidth_gbyte_s=1, fp8_tflops=0)
+
+
+def test_blackwell_memory_is_the_systems_total_over_its_gpus():
+    assert CATALOG["B200"].memory_gib == 1440 / 8 and "1,440 GB" in CATALOG["B200"].source  # DGX B200
+    assert CATALOG["GB200"].memory_gib == pytest.approx(13_400 / 72, abs=0.2)  # NVL72: 13.4 TB over 72 GPUs
+    assert CATALOG["B200"].intra_link_gbyte_s == CATALOG["GB200"].intra_link_gbyte_s == 1800 / 2  # NVLink5
+
+
+def test_h100_96gb_efficiency_comes_from_a_bench_row_that_is_not_held_out():
+    import json
+    from pathlib import Path
+
+    gpu = CATALOG["H100-96GB"]
+    row_id = "titan-llama31-8b-h10096-fsdp-compile-8gpu"
+    assert row_id in gpu.mfu_source and gpu.mfu == 0.349
+    rows = Path(__file__).resolve().parents[1] / "bench" / "data" / "published_throughput.jsonl"
+    row = next(json.loads(line) for line in rows.read_text().splitlines() if row_id in line)
+    assert row["held_out"] is False and row["gpu_type"] == "H100-96GB"

@@ -22,7 +22,9 @@ GPT2_PARAMS = 124_439_808
 # GPT-2 small by hand: a layer is 12 h^2 + 13 h weights (qkv 3h^2 + 3h, proj h^2 + h, MLP 8h^2 + 5h, 2 norms 4h).
 H, L, V, S = 768, 12, 50257, 1024
 LAYER_WEIGHTS = 12 * H * H + 13 * H  # 7,087,872
-PER_TOKEN_FLOPS = 6 * (L * LAYER_WEIGHTS + V * H) + 12 * L * H * S  # weights fwd+bwd + attention scores/context
+# Attention scores and context over the keys a causal flash kernel computes: s / 2 per query (perf.CAUSAL_KEYS_FRACTION)
+KEYS = S // 2
+PER_TOKEN_FLOPS = 6 * (L * LAYER_WEIGHTS + V * H) + 12 * L * H * KEYS  # weights fwd+bwd + attention scores/context
 
 
 def amp(global_batch: int, micro_batch: int, **kw) -> TrainingSpec:
@@ -33,7 +35,10 @@ def amp(global_batch: int, micro_batch: int, **kw) -> TrainingSpec:
 def test_flops_gpt2_by_hand():
     assert LAYER_WEIGHTS == 7_087_872
     assert training_flops_per_step(GPT2, amp(8, 8)) == pytest.approx(8 * S * PER_TOKEN_FLOPS, rel=1e-12)
-    assert 8 * S * PER_TOKEN_FLOPS == pytest.approx(7.0054e12, rel=1e-4)
+    assert 8 * S * PER_TOKEN_FLOPS == pytest.approx(6.5416e12, rel=1e-4)
+    # eager attention computes (and masks) all s x s scores: Narayanan's 12 l h s
+    eager = training_flops_per_step(GPT2, amp(8, 8, attention="eager"))
+    assert eager - 8 * S * PER_TOKEN_FLOPS == pytest.approx(8 * S * 12 * L * H * (S - KEYS), rel=1e-12)
 
 
 def test_flops_recompute_adds_a_forward_of_layers_not_of_the_head():
@@ -41,8 +46,8 @@ def test_flops_recompute_adds_a_forward_of_layers_not_of_the_head():
     tokens = 8 * S
     full = training_flops_per_step(GPT2, amp(8, 8, recompute="full"))
     selective = training_flops_per_step(GPT2, amp(8, 8, recompute="selective"))
-    assert full - base == pytest.approx(tokens * (2 * L * LAYER_WEIGHTS + 4 * L * H * S), rel=1e-12)
-    assert selective - base == pytest.approx(tokens * 4 * L * H * S, rel=1e-12)
+    assert full - base == pytest.approx(tokens * (2 * L * LAYER_WEIGHTS + 4 * L * H * KEYS), rel=1e-12)
+    assert selective - base == pytest.approx(tokens * 4 * L * H * KEYS, rel=1e-12)
 
 
 GPT3 = ModelSpec(name="gpt3-175b", vocab_size=51200, hidden_size=12288, num_layers=96, num_heads=96, max_positions=2048)
@@ -52,11 +57,12 @@ def test_flops_match_narayanan_eq3_for_gpt3_175b():
     """Narayanan et al. 2021 eq. 3 (full recomputation): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))."""
     b, s, h, n_layers, v = 1536, 2048, 12288, 96, 51200
     eq3 = 96 * b * s * n_layers * h**2 * (1 + s / (6 * h) + v / (16 * n_layers * h))
-    full = training_flops_per_step(GPT3, TrainingSpec(seq_len=s, global_batch=b, recompute="full"))
+    # Narayanan counts all s keys per query: eager attention (flash's causal kernel halves it, attended_keys)
+    full = training_flops_per_step(GPT3, TrainingSpec(seq_len=s, global_batch=b, recompute="full", attention="eager"))
     assert full == pytest.approx(eq3, rel=2e-4)  # our layers carry 13h of biases/norms beyond 12 h^2
     # Without recomputation layers and attention take 3 of the 4 passes; the LM head (6 B s h V) is never recomputed,
     # so the ratio is a little under 4/3.
-    none = training_flops_per_step(GPT3, TrainingSpec(seq_len=s, global_batch=b))
+    none = training_flops_per_step(GPT3, TrainingSpec(seq_len=s, global_batch=b, attention="eager"))
     no_recompute = 72 * b * s * n_layers * h**2 * (1 + s / (6 * h)) + 6 * b * s * h * v
     assert none == pytest.approx(no_recompute, rel=2e-4)
     assert 1.32 < full / none < 4 / 3
@@ -64,7 +70,8 @@ def test_flops_match_narayanan_eq3_for_gpt3_175b():
 
 def test_flops_reproduce_narayanan_34_days_for_gpt3():
     """Narayanan 2021 Sec. 5.1: GPT-3 175B on 300B tokens, 1024 A100 at 140 TFLOP/s each, takes about 34 days."""
-    per_token = training_flops_per_step(GPT3, TrainingSpec(seq_len=2048, global_batch=1, recompute="full")) / 2048
+    per_token = training_flops_per_step(GPT3, TrainingSpec(seq_len=2048, global_batch=1, recompute="full",
+                                                           attention="eager")) / 2048
     days = 300e9 * per_token / (1024 * 140e12) / 86400
     assert days == pytest.approx(34, rel=0.05)
 
@@ -88,7 +95,7 @@ def test_single_a100_by_hand():
     optimizer = GPT2_PARAMS * OPT_BYTES / 1555e9
     assert isinstance(st, StepTime)
     assert st.compute_s == pytest.approx(compute, rel=1e-12)
-    assert st.compute_s == pytest.approx(0.044907, rel=1e-4)
+    assert st.compute_s == pytest.approx(0.041933, rel=1e-4)
     assert st.optimizer_s == pytest.approx(optimizer, rel=1e-12)
     assert st.tp_comm_s == st.dp_comm_s == st.pp_bubble_s == st.pp_p2p_s == 0.0
     # The A100's measured fixed per-step cost (0.121 s, Sia bert one-GPU intercept) is charged by default.
@@ -130,10 +137,17 @@ def test_data_parallel_across_nodes_uses_the_nic():
     assert st.dp_comm_s == pytest.approx(2 * 15 / 16 * GPT2_PARAMS * 4 / 12.5e9, rel=1e-12)
 
 
+# GPT-2 on two stages of 6 layers: the last also runs the LM head (6 V h per token), so it paces the pipeline.
+LAST_OF_TWO_STAGE_FLOPS = 6 * (6 * LAYER_WEIGHTS + V * H) + 12 * 6 * H * KEYS  # per token: 515,059,200
+
+
 def test_pipeline_bubble_and_sends_by_hand():
     st = step_time(GPT2, amp(8, 1), Parallelism(pp=2), A100, mfu=0.5)
     m = 8  # global 8 / (d 1 x micro 1)
-    compute = 8 * S * PER_TOKEN_FLOPS / (2 * 312e12 * 0.5)
+    assert LAST_OF_TWO_STAGE_FLOPS == 515_059_200
+    compute = 8 * S * LAST_OF_TWO_STAGE_FLOPS / (1 * 312e12 * 0.5)  # the last stage's work on its d x t = 1 GPU
+    assert st.slowest_stage == 1
+    assert st.compute_s == pytest.approx(compute, rel=1e-12)
     assert st.micro_batches == m
     assert st.pp_bubble_s == pytest.approx((2 - 1) / m * compute, rel=1e-12)
     assert st.pp_p2p_s == pytest.approx(2 * m * 1 * S * H * 2 / 300e9, rel=1e-12)  # bf16 activations, NVLink
@@ -274,8 +288,9 @@ TINY_MLA = ModelSpec(name="tiny-mla", vocab_size=512, hidden_size=64, num_layers
 def test_mla_attention_flops_use_qk_and_v_head_widths_by_hand():
     training = TrainingSpec(seq_len=64, global_batch=2)
     weights = 2 * TINY_MLA.layer_parameters() + 512 * 64
-    # QK^T over 4 heads x (16 + 8), scores x V over 4 heads x 16: 2 FLOPs per multiply-add, x 3 for fwd + bwd
-    attention = 3 * 2 * 4 * (24 + 16) * 2 * 64
+    # QK^T over 4 heads x (16 + 8), scores x V over 4 heads x 16: 2 FLOPs per multiply-add, x 3 for fwd + bwd, over
+    # the 64 / 2 keys a causal flash kernel computes per query, in 2 layers
+    attention = 3 * 2 * 4 * (24 + 16) * 2 * (64 // 2)
     assert training_flops_per_step(TINY_MLA, training) == 2 * 64 * (6 * weights + attention)
 
 
@@ -284,11 +299,13 @@ def test_sliding_window_layers_attend_to_their_window_only_under_flash():
                            mlp_kind="swiglu", position_kind="rotary", norm_kind="rmsnorm", bias=False,
                            sliding_window=16, full_attention_every=2)  # layers 0, 2 slide; 1, 3 attend fully
     flash = TrainingSpec(seq_len=64, global_batch=2, attention="flash")
-    assert attended_keys(gemma_like, flash) == 2 * 16 + 2 * 64
+    # causal: a full layer 64 / 2 keys per query on average; a window of 16 the mean of min(i + 1, 16),
+    # 16 - 16^2 / (2 x 64) = 14
+    assert attended_keys(gemma_like, flash) == 2 * 14 + 2 * 32
     assert attended_keys(gemma_like, flash.model_copy(update={"attention": "eager"})) == 4 * 64  # masked, not skipped
     full = ModelSpec(**{**gemma_like.model_dump(), "sliding_window": None, "full_attention_every": 0})
     per_key = 3 * 2 * 4 * (16 + 16) * 2 * 64  # fwd + bwd FLOPs per attended key per layer, whole step
-    assert training_flops_per_step(full, flash) - training_flops_per_step(gemma_like, flash) == per_key * 2 * (64 - 16)
+    assert training_flops_per_step(full, flash) - training_flops_per_step(gemma_like, flash) == per_key * 2 * (32 - 14)
 
 
 # --- expert parallelism (MoE) ----------------------------------------------------------------------------------------
@@ -311,11 +328,14 @@ def test_expert_all_to_alls_by_hand():
     full = step_time(MIXTRAL, bf16(8, recompute="full"), Parallelism(dp=8, ep=8), A100, mfu=0.5)
     assert full.ep_comm_s == pytest.approx(6 * 32 * 1 * per_alltoall, rel=1e-12)  # the recomputed forward pair
     assert step_time(MIXTRAL, bf16(8), Parallelism(dp=8), A100, mfu=0.5).ep_comm_s == 0.0
-    # t 2 x ep 8 = 16 ranks over two nodes: each GPU sends its 1024 / 2 tokens (sequence parallel) and every GPU of
-    # a node shares its 100 Gbit/s NIC
+    # t 2 x ep 8 = 16 ranks over two nodes: each GPU sends its 1024 / 2 tokens (sequence parallel); 4 of its 8
+    # expert-parallel peers (itself included) share its node (8 GPUs / etp 2): 3/8 of the copies ride NVLink, 4/8
+    # cross the 100 Gbit/s NIC that every GPU of the node shares, and the NIC half paces the all-to-all
     far = step_time(MIXTRAL, bf16(8), Parallelism(dp=8, tp=2, ep=8), A100, mfu=0.5, network_gbit_s=100,
                     gpus_per_node=8)
-    assert far.ep_comm_s == pytest.approx(4 * 32 * 1 * 512 * 2 * 4096 * 2 * 7 / 8 / (12.5e9 / 8), rel=1e-12)
+    copies = 512 * 2 * 4096 * 2
+    assert far.ep_comm_s == pytest.approx(4 * 32 * 1 * max(3 / 8 * copies / 300e9, 4 / 8 * copies / (12.5e9 / 8)),
+                                          rel=1e-12)
 
 
 def test_experts_all_reduce_over_the_ranks_that_hold_them():
@@ -383,7 +403,7 @@ def test_interleaving_shrinks_the_bubble_and_multiplies_the_sends_by_vp():
     tr = amp(8, 1)
     plain = step_time(GPT2, tr, Parallelism(pp=2), A100, mfu=0.5)
     inter = step_time(GPT2, tr, Parallelism(pp=2, vp=3), A100, mfu=0.5)  # 12 layers = 2 stages x 3 chunks x 2
-    compute = 8 * S * PER_TOKEN_FLOPS / (2 * 312e12 * 0.5)
+    compute = 8 * S * LAST_OF_TWO_STAGE_FLOPS / (312e12 * 0.5)  # the slowest stage: the last, with the LM head
     assert inter.pp_bubble_s == pytest.approx((2 - 1) / (8 * 3) * compute, rel=1e-12)
     assert inter.pp_bubble_s == pytest.approx(plain.pp_bubble_s / 3, rel=1e-12)
     assert inter.pp_p2p_s == pytest.approx(3 * plain.pp_p2p_s, rel=1e-12)
@@ -405,3 +425,266 @@ def test_expert_tensor_parallelism_sets_the_expert_shard_and_its_ring():
     a = step_time(MIXTRAL, tr, Parallelism(dp=8, tp=2, ep=4), A100, mfu=0.5)
     b = step_time(MIXTRAL, tr, Parallelism(dp=8, tp=2, ep=4, etp=2), A100, mfu=0.5)
     assert a == b
+
+
+# --- uneven pipeline stages: the slowest stage paces the pipeline ---------------------------------------------------
+# 8 GPT-2-small layers with a 16-token vocabulary (its head, 6 x 16 x 768 FLOPs per token, is all but free)
+EIGHT = ModelSpec(name="eight", vocab_size=16, hidden_size=H, num_layers=8, num_heads=12, max_positions=S)
+LAYER_TOKEN_FLOPS = 6 * LAYER_WEIGHTS + 12 * H * KEYS  # one layer, forward + backward: 47,245,824 per token
+SMALL_HEAD_TOKEN_FLOPS = 6 * 16 * H
+
+
+@pytest.mark.parametrize("first, last, slowest", [(3, 5, 1), (5, 3, 0)])
+def test_two_stages_of_3_and_5_layers_are_paced_by_the_5(first, last, slowest):
+    st = step_time(EIGHT, amp(8, 1), Parallelism(pp=2, first_stage_layers=first, last_stage_layers=last), A100,
+                   mfu=0.5)
+    m = 8
+    stage_flops = 8 * S * (5 * LAYER_TOKEN_FLOPS + (SMALL_HEAD_TOKEN_FLOPS if slowest == 1 else 0))
+    assert LAYER_TOKEN_FLOPS == 47_245_824
+    assert st.slowest_stage == slowest
+    assert st.compute_s == pytest.approx(stage_flops / (312e12 * 0.5), rel=1e-12)
+    assert st.pp_bubble_s == pytest.approx((2 - 1) / m * st.compute_s, rel=1e-12)  # t = 1: no tp/ep/cp time
+    even = step_time(EIGHT, amp(8, 1), Parallelism(pp=2), A100, mfu=0.5)  # 4 / 4
+    assert even.compute_s == pytest.approx(8 * S * (4 * LAYER_TOKEN_FLOPS + SMALL_HEAD_TOKEN_FLOPS) / 156e12, rel=1e-12)
+    assert even.step_time_s < st.step_time_s
+
+
+def test_a_big_head_makes_the_lighter_last_stage_the_slowest():
+    # GPT-2's vocabulary: the head (6 x 50,257 x 768 = 231.6 MFLOP per token) outweighs two layers (103.9 MFLOP)
+    model = EIGHT.model_copy(update={"vocab_size": V})
+    st = step_time(model, amp(8, 1), Parallelism(pp=2, first_stage_layers=5, last_stage_layers=3), A100, mfu=0.5)
+    assert st.slowest_stage == 1
+    assert st.compute_s == pytest.approx(8 * S * (3 * LAYER_TOKEN_FLOPS + 6 * V * H) / 156e12, rel=1e-12)
+
+
+def test_data_parallel_ring_and_optimizer_follow_the_stage_with_most_parameters_by_hand():
+    # GPT-2 on 2 stages of 6 layers: stage 0 adds wte + wpe (81,911,040), stage 1 the final LayerNorm and its own copy
+    # of the tied head (81,126,144): stage 0's gradients are the last to be all-reduced
+    st = step_time(GPT2, amp(8, 2), Parallelism(dp=2, pp=2), A100, mfu=0.5)
+    stage0 = 6 * LAYER_WEIGHTS + V * H + S * H
+    assert stage0 == 81_911_040 > 6 * LAYER_WEIGHTS + 2 * H + V * H
+    assert st.dp_comm_s == pytest.approx(2 * (2 - 1) / 2 * stage0 * 4 / 300e9, rel=1e-12)  # fp32 grads, NVLink
+    assert st.optimizer_s == pytest.approx(stage0 * OPT_BYTES / 1555e9, rel=1e-12)
+
+
+def test_parts_sum_to_the_step_and_nothing_overlaps_yet():
+    st = step_time(GPT2, amp(8, 2), Parallelism(dp=2, pp=2), A100, mfu=0.5)
+    parts = st.parts()
+    assert [p.name for p in parts] == ["compute", "tp_comm", "ep_comm", "cp_comm", "pp_bubble", "pp_p2p", "dp_comm",
+                                       "optimizer", "overhead"]
+    assert sum(p.exposed_s for p in parts) == pytest.approx(st.step_time_s, rel=1e-12)
+    assert all(p.overlapped_s == 0.0 for p in parts)  # plain PyTorch DDP: no overlap by default (comm_overlaps)
+
+
+def test_model_flops_leave_recomputation_out():
+    full = step_time(GPT2, amp(8, 8, recompute="full"), Parallelism(), A100, mfu=0.5)
+    assert full.model_flops_per_step == training_flops_per_step(GPT2, amp(8, 8)) < full.flops_per_step
+    assert full.model_tflops_per_gpu < full.achieved_tflops_per_gpu
+
+
+def test_vectorised_equals_scalar_for_uneven_stages():
+    gpu = CATALOG["H100-80GB"]
+    kw = dict(intra_link_gbyte_s=400.0, network_gbit_s=200.0, gpus_per_node=8, mfu=0.35)
+    cases = [
+        (ZOO["deepseek-v3"], Parallelism(dp=8, tp=8, pp=8, ep=8, first_stage_layers=7, last_stage_layers=6)),
+        (ZOO["deepseek-v3"], Parallelism(dp=8, tp=8, pp=8, ep=8, first_stage_layers=6, last_stage_layers=7)),
+        (ZOO["deepseek-v2-lite"], Parallelism(dp=2, pp=4, first_stage_layers=6)),
+        (ZOO["qwen3-235b-a22b"], Parallelism(dp=4, tp=4, pp=8, vp=2, ep=4, first_stage_layers=10)),
+        (ZOO["llama-3.1-8b"], Parallelism(dp=2, tp=2, pp=5, first_stage_layers=5, last_stage_layers=3)),
+        (ZOO["llama-3.1-8b"], Parallelism(dp=2, tp=2, pp=4)),
+    ]
+    for recompute in ("none", "full"):
+        tr = TrainingSpec(seq_len=4096, global_batch=64, micro_batch=1, recompute=recompute, precision="bf16-master")
+        for model, par in cases:
+            scalar = step_time(model, tr, par, gpu, **kw).step_time_s
+            vec = step_time_totals(model, tr, gpu, [par.dp] * 2, par.tp, par.pp, 1, ep=par.ep, vp=par.vp,
+                                   first_stage_layers=par.first_stage_layers, last_stage_layers=par.last_stage_layers,
+                                   **kw)
+            np.testing.assert_allclose(vec, [scalar, scalar], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, pp, middle", [("gpt2", 2, 6), ("llama-3.1-8b", 4, 8), ("mixtral-8x7b", 4, 8),
+                                              ("deepseek-v2-lite", 3, 9)])
+def test_naming_the_even_count_for_an_end_stage_changes_nothing(name, pp, middle):
+    # Megatron accepts a first / last stage of the middle count: the same layout as the even split, whichever way
+    # perf reaches it (the even split's closed form, or the per-stage comparison of uneven splits)
+    model, tr = ZOO[name], TrainingSpec(seq_len=1024, global_batch=16, micro_batch=1, precision="bf16-master")
+    even = step_time(model, tr, Parallelism(dp=2, pp=pp), A100, mfu=0.5)
+    for first, last in ((middle, 0), (0, middle), (middle, middle)):
+        named = step_time(model, tr, Parallelism(dp=2, pp=pp, first_stage_layers=first, last_stage_layers=last), A100,
+                          mfu=0.5)
+        assert named.step_time_s == pytest.approx(even.step_time_s, rel=1e-12)
+        assert named.slowest_stage == even.slowest_stage == pp - 1
+        assert named.dp_comm_s == pytest.approx(even.dp_comm_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("name, par", [
+    ("deepseek-v3", Parallelism(dp=2, pp=8, first_stage_layers=7, last_stage_layers=6)),
+    ("deepseek-v3", Parallelism(dp=2, pp=16, first_stage_layers=3, last_stage_layers=2)),  # 3 + 14 x 4 + 2
+    ("deepseek-v2-lite", Parallelism(dp=2, pp=3, vp=3)),  # 27 layers: 9 per stage in 3 chunks of 3
+    ("deepseek-v2-lite", Parallelism(dp=2, pp=4, first_stage_layers=6, last_stage_layers=0)),
+])
+def test_the_slowest_stage_is_the_slowest_of_all_stages(name, par):
+    """Brute force over every stage: its dense and MoE layers (Megatron's order) and the head on the last."""
+    from frenzy_core.perf import _moe_extra_time_flops, token_flops
+    from frenzy_core.training import stage_leading_layers
+
+    model = ZOO[name]
+    tr = TrainingSpec(seq_len=1024, global_batch=16, micro_batch=1, precision="bf16-master")
+    per_token = token_flops(model, tr)
+    # an MoE layer's expert-GEMM roofline and permutation time, as FLOPs at the stage's rate (b = t = cp = ep = 1)
+    moe_layer = per_token.moe_layer + float(_moe_extra_time_flops(model, tr, A100, 1.0, 1.0, 1.0, 1.0, 1.0, False,
+                                                                  312e12, 0.5))
+    layers = par.stage_layers(model.num_layers)
+    dense = stage_leading_layers(model.num_layers, model.first_k_dense, par.pp, np.arange(par.pp),
+                                 par.first_stage_layers, par.last_stage_layers, par.vp)
+    flops = [16 * 1024 * (dn * per_token.dense_layer + (n - dn) * moe_layer
+                          + (per_token.head if s == par.pp - 1 else 0.0))
+             for s, (n, dn) in enumerate(zip(layers, dense, strict=True))]
+    st = step_time(model, tr, par, A100, mfu=0.5)
+    assert st.compute_s == pytest.approx(max(flops) / (par.dp * 312e12 * 0.5), rel=1e-12)
+    assert st.slowest_stage == int(np.argmax(flops))
+
+
+# --- fp8 linears, overlap, recompute, causal attention ---------------------------------------------------------------
+H100 = CATALOG["H100-80GB"]  # 989 TF bf16, 1,979 TF fp8 dense
+LINEAR_WEIGHTS = 12 * H * H + 9 * H  # a GPT-2 layer's projection and MLP weights (its 2 LayerNorms hold the other 4h)
+
+
+def test_fp8_linears_run_at_the_fp8_peak_and_attention_norms_and_head_at_bf16_by_hand():
+    tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=8, precision="bf16-master")
+    bf16 = step_time(GPT2, tr, Parallelism(), H100, mfu=0.5, overhead_s=0.0)
+    fp8 = step_time(GPT2, tr.model_copy(update={"fp8_linears": True}), Parallelism(), H100, mfu=0.5, overhead_s=0.0)
+    tokens = 8 * S
+    linear = tokens * L * 6 * LINEAR_WEIGHTS / (1979e12 * 0.5)  # the layers' GEMMs at the fp8 peak
+    head = tokens * 6 * V * H / (989e12 * 0.5)  # the output layer stays bf16 (TE / torchtitan keep it out of fp8)
+    attention = tokens * L * 12 * H * KEYS / (989e12 * 0.5)  # flash attention, bf16
+    norms = tokens * L * 6 * 4 * H / (989e12 * 0.5)
+    assert fp8.compute_linear_s == pytest.approx(linear + head, rel=1e-12)
+    assert fp8.compute_attention_s == pytest.approx(attention, rel=1e-12)
+    assert fp8.compute_other_s == pytest.approx(norms, rel=1e-9)
+    assert fp8.compute_s == pytest.approx(linear + head + attention + norms, rel=1e-12)
+    assert fp8.compute_attention_s == bf16.compute_attention_s and fp8.compute_s < bf16.compute_s
+    assert fp8.flops_per_step == bf16.flops_per_step  # the same FLOPs, run faster
+
+
+def test_fp8_linears_on_a_part_without_fp8_cores_cost_what_bf16_costs():
+    tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=8, precision="bf16-master")
+    a = step_time(GPT2, tr, Parallelism(), A100, mfu=0.5)
+    b = step_time(GPT2, tr.model_copy(update={"fp8_linears": True}), Parallelism(), A100, mfu=0.5)
+    assert a.compute_s == pytest.approx(b.compute_s, rel=1e-12)
+
+
+def test_flash_attention_computes_half_the_causal_scores_eager_all_of_them():
+    tr = amp(8, 8)
+    assert attended_keys(GPT2, tr) == L * S / 2
+    assert attended_keys(GPT2, tr.model_copy(update={"attention": "eager"})) == L * S
+
+
+def test_recompute_every_k_replays_only_the_checkpointed_layers_by_hand():
+    # 12 layers, every 5th checkpointed (torchtitan ac_freq): layers 0, 5, 10 replay their forward
+    base = training_flops_per_step(GPT2, amp(8, 8))
+    part = training_flops_per_step(GPT2, amp(8, 8, recompute="full", recompute_every=5))
+    assert part - base == pytest.approx(8 * S * 3 * (2 * LAYER_WEIGHTS + 4 * H * KEYS), rel=1e-12)
+
+
+def test_megatron_hides_the_reduce_scatter_behind_the_last_backward_and_the_gather_behind_the_first_forward():
+    """d 2 on one node, distributed optimizer, 2 micro-batches: each half of the all-reduce volume (reduce-scatter,
+    all-gather) hides behind its window of one micro-batch's compute (2/3 backward, 1/3 forward); one Megatron
+    bucket (40M of GPT-2's 124M parameters: max(40M, 1M x d)) cannot hide."""
+    tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=2, precision="bf16-master", framework="megatron",
+                      distributed_optimizer=True)
+    kw = dict(mfu=0.5, overhead_s=0.0, intra_link_gbyte_s=20.0)  # a slow link, so that some traffic stays exposed
+    off = step_time(GPT2, tr.model_copy(update={"overlap_dp_comm": False}), Parallelism(dp=2), A100, **kw)
+    on = step_time(GPT2, tr, Parallelism(dp=2), A100, **kw)
+    raw = 2 * (2 - 1) / 2 * GPT2_PARAMS * 4 / 20e9  # fp32 main grads
+    assert off.dp_comm_s == pytest.approx(raw, rel=1e-12) and off.dp_comm_overlapped_s == 0.0
+    bucket = 40e6 / GPT2_PARAMS
+    per_mb = on.compute_s / 2  # m = 8 / (2 x 2)
+    want = bucket * raw + max(0, (1 - bucket) * raw / 2 - per_mb * 2 / 3) + max(0, (1 - bucket) * raw / 2 - per_mb / 3)
+    assert on.dp_comm_s == pytest.approx(want, rel=1e-12)
+    assert on.dp_comm_s + on.dp_comm_overlapped_s == pytest.approx(raw, rel=1e-12)
+    assert dict((p.name, p.overlapped_s) for p in on.parts())["dp_comm"] == on.dp_comm_overlapped_s > 0
+
+
+def test_fsdp2_prefetch_hides_all_but_one_layers_share_behind_the_step():
+    tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=4, precision="amp", framework="fsdp2", zero_stage=3)
+    st = step_time(GPT2, tr, Parallelism(dp=2), A100, mfu=0.5, overhead_s=0.0)
+    raw = 1.5 * 2 * (2 - 1) / 2 * GPT2_PARAMS * 4 / 300e9  # ZeRO-3 volume over NVLink
+    assert raw < st.compute_s  # everything but the first gather / last reduce of one block hides
+    assert st.dp_comm_s == pytest.approx(raw / 12, rel=1e-12)
+    assert st.dp_comm_overlapped_s == pytest.approx(raw * 11 / 12, rel=1e-12)
+
+
+def test_tp_comm_overlap_hides_the_all_reduces_behind_the_linear_gemms():
+    tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=2, precision="bf16-master", framework="megatron",
+                      sequence_parallel=True)
+    off = step_time(GPT2, tr.model_copy(update={"tp_comm_overlap": False}), Parallelism(tp=2), A100, mfu=0.5)
+    on = step_time(GPT2, tr, Parallelism(tp=2), A100, mfu=0.5)
+    layer_gemms_s = 8 * S * L * 6 * LINEAR_WEIGHTS / (2 * 312e12 * 0.5)
+    assert on.tp_comm_s == pytest.approx(max(0.0, off.tp_comm_s - layer_gemms_s), rel=1e-12)
+    assert on.tp_comm_s + on.tp_comm_overlapped_s == pytest.approx(off.tp_comm_s, rel=1e-12)
+    assert on.step_time_s < off.step_time_s
+
+
+def test_vectorised_equals_scalar_with_fp8_and_overlap():
+    tr = TrainingSpec(seq_len=4096, global_batch=64, micro_batch=1, precision="bf16-master", framework="megatron",
+                      distributed_optimizer=True, sequence_parallel=True, fp8_linears=True)
+    model, kw = ZOO["llama-3.1-8b"], dict(network_gbit_s=400.0, gpus_per_node=8)
+    for par in (Parallelism(dp=8), Parallelism(dp=4, tp=2), Parallelism(dp=2, tp=2, pp=4), Parallelism(dp=16, tp=2)):
+        scalar = step_time(model, tr, par, H100, **kw).step_time_s
+        vec = step_time_totals(model, tr, H100, [par.dp] * 2, par.tp, par.pp, 1, **kw)
+        np.testing.assert_allclose(vec, [scalar, scalar], rtol=1e-12)
+
+
+# --- MoE expert GEMMs, permutation, all-to-all placement; torchtitan per-op SAC (issue 19 item 2) ----------------
+def test_expert_gemm_roofline_is_min_of_peak_and_intensity_times_bandwidth():
+    from frenzy_core.perf import expert_gemm_roofline_fraction
+
+    # M=512, K=2048, N=768 in bf16: 2MKN = 1.611e9 FLOPs over 2 (MK + KN + MN) = 6.029e6 B: 267.2 FLOP/B; H100's
+    # ridge 989e12 / 3350e9 = 295.2 FLOP/B, so 267.2 / 295.2 = 0.905 of the peak
+    intensity = 2 * 512 * 2048 * 768 / (2 * (512 * 2048 + 2048 * 768 + 512 * 768))
+    assert float(expert_gemm_roofline_fraction(512, 2048, 768, 2, 989e12, 3350e9)) == pytest.approx(
+        intensity * 3350e9 / 989e12)
+    assert float(expert_gemm_roofline_fraction(65536, 2048, 768, 2, 989e12, 3350e9)) == 1.0  # compute-bound
+
+
+MOE = ModelSpec(name="moe-t", vocab_size=1000, hidden_size=1024, num_layers=4, num_heads=8, ffn_size=4096,
+                mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", max_positions=4096, num_experts=64,
+                moe_top_k=4, expert_ffn_size=512)
+
+
+def test_moe_permutation_adds_its_hbm_bytes_over_bandwidth():
+    """With experts GEMMs compute-bound (many tokens per expert), an MoE layer costs its FLOPs plus the permute /
+    unpermute bytes 4 (1 + k) h x 2 B per token over the HBM bandwidth (perf.MOE_PERMUTE_PASSES)."""
+    from frenzy_core.perf import _moe_extra_time_flops
+
+    tr = TrainingSpec(seq_len=4096, global_batch=64, micro_batch=64, framework="megatron")
+    gpu = CATALOG["H100-80GB"]
+    extra = float(_moe_extra_time_flops(MOE, tr, gpu, 64.0, 1.0, 1.0, 1.0, 1.0, False, 989e12, 0.5))
+    # 64 x 4096 x 4 / 64 = 16,384 tokens per expert: K=1024, N=1024 / 512 GEMMs are compute-bound
+    permute_s_per_token = 4 * (1 + 4) * 1024 * 2 / 3350e9
+    assert extra == pytest.approx(permute_s_per_token * 989e12 * 0.5)
+
+
+def test_all_to_all_inside_a_node_then_over_the_nic():
+    """ep 16 over two 8-GPU nodes: half the copies cross the NIC, 7/16 ride NVLink; the NIC half paces it, so the
+    all-to-all takes (8/16) / (7/15 ... ) of the old model where every byte went at the NIC share."""
+    tr = TrainingSpec(seq_len=4096, global_batch=16, micro_batch=1, framework="megatron", distributed_optimizer=True)
+    gpu = CATALOG["H100-80GB"]
+    st = step_time(MOE, tr, Parallelism(dp=16, ep=16), gpu, network_gbit_s=3200.0)
+    nic = 3200e9 / 8 * gpu.network_efficiency / 8
+    a2a_bytes = 4096 * 4 * 1024 * 2
+    expected = 4 * 1 * 8 / 16 * a2a_bytes / nic * MOE.num_moe_layers  # m = 1 micro-batch per replica
+    assert st.ep_comm_s == pytest.approx(expected)
+
+
+def test_op_sac_replays_every_second_matmul():
+    """torchtitan per-op SAC recomputes half the mm's: 7 FLOPs per linear weight per token instead of 6."""
+    from frenzy_core.perf import token_flops
+
+    base = TrainingSpec(seq_len=1024, global_batch=8, framework="fsdp2")
+    sac = base.model_copy(update={"recompute": "op-sac"})
+    none, op = token_flops(GPT2, base), token_flops(GPT2, sac)
+    assert op.dense_linear / none.dense_linear == pytest.approx(7 / 6)
+    assert op.attention == none.attention  # SDPA's output is saved: the attention core is not replayed

@@ -8,7 +8,7 @@ import pytest
 from frenzy_core.cluster import parse_cluster_yaml
 from frenzy_core.errors import SpecError
 from frenzy_core.memory import predict_memory
-from frenzy_core.models import ZOO, ModelSpec
+from frenzy_core.models import ZOO, ModelSpec, model_from_hf_config
 from frenzy_core.plans import OBJECTIVES, Plan, PlanSet, rank_plans
 from frenzy_core.training import Parallelism, TrainingSpec
 
@@ -521,18 +521,20 @@ def test_a_plan_needing_exactly_the_usable_memory_fits():
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_sort_keys_rank_by_the_documented_keys_at_every_level_of_ties(objective):
-    # every combination of two values per key, so each key (primary, secondary, third, then type, t, p, d, cp) is
-    # the one that decides for some pair: the order must be Python's sort by the documented tuple (docs/ranking.md)
+    # every combination of two values per key, so each key (primary, secondary, third, then memory, type, t, p, d,
+    # cp) is the one that decides for some pair: the order must be Python's sort by the documented tuple
+    # (docs/ranking.md)
     from frenzy_core.plans import _sort_keys
 
-    names = ("time_to_train_s", "num_gpus", "cost_usd", "gpu_hours", "type_rank", "tp", "pp", "dp", "cp")
+    names = ("time_to_train_s", "num_gpus", "cost_usd", "gpu_hours", "memory_bytes", "type_rank", "tp", "pp", "dp",
+             "cp")
     rows = list(itertools.product((1.0, 2.0), repeat=len(names)))
     cols = {k: np.array([r[i] for r in rows]) for i, k in enumerate(names)}
     documented = {"time": ("time_to_train_s", "num_gpus", "cost_usd"),
                   "gpu-hours": ("gpu_hours", "time_to_train_s", "num_gpus"),
                   "cost": ("cost_usd", "time_to_train_s", "num_gpus"),
-                  "gpus": ("num_gpus", "time_to_train_s", "cost_usd")}[objective] + ("type_rank", "tp", "pp", "dp",
-                                                                                     "cp")
+                  "gpus": ("num_gpus", "time_to_train_s", "cost_usd")}[objective] + ("memory_bytes", "type_rank",
+                                                                                     "tp", "pp", "dp", "cp")
     want = sorted(range(len(rows)), key=lambda i: tuple(rows[i][names.index(k)] for k in documented))
     assert np.lexsort(_sort_keys(objective, cols)).tolist() == want
 
@@ -556,14 +558,27 @@ TINY_MOE = ModelSpec(name="tiny-moe", vocab_size=32000, hidden_size=2048, num_la
 MOE_TRAIN = TrainingSpec(seq_len=2048, global_batch=16, framework="megatron", distributed_optimizer=True)
 
 
-def with_vp(model, training, splits) -> list:
-    """Each split once per vp: 1, and under an interleaving stack (megatron, fsdp2, unknown) every vp > 1 with p > 1
-    and p x vp dividing the layers."""
+def with_layouts(model, training, splits) -> list:
+    """Each split once per pipeline layout the planner may try: vp 1, and under an interleaving stack (megatron,
+    fsdp2, unknown) every vp > 1 with p > 1; the even stages where p x vp divides the layers, and under Megatron
+    (megatron, unknown) every uneven (first, last) that `uneven_stage_options` lists."""
     from dataclasses import replace
 
+    from frenzy_core.training import uneven_stage_options
+
     interleaves = training.framework in ("megatron", "fsdp2", "unknown")
-    return [replace(q, vp=v) for q in splits for v in range(1, model.num_layers + 1)
-            if v == 1 or (interleaves and q.pp > 1 and model.num_layers % (q.pp * v) == 0)]
+    uneven = training.framework in ("megatron", "unknown")
+    out = []
+    for q in splits:
+        for v in range(1, model.num_layers + 1):
+            if v > 1 and not (interleaves and q.pp > 1):
+                continue
+            if uneven:
+                layouts = uneven_stage_options(model.num_layers, q.pp, v)
+            else:
+                layouts = [(0, 0)] if model.num_layers % (q.pp * v) == 0 else []
+            out += [replace(q, vp=v, first_stage_layers=f, last_stage_layers=la) for f, la in layouts]
+    return out
 
 
 def _fastest_fitting(model, training, cluster, splits, key) -> dict[tuple, float]:
@@ -599,8 +614,8 @@ def test_moe_plans_are_the_brute_force_best_over_micro_batch_and_ep():
     fastest fitting (micro-batch, ep), its memory and step the scalar predictors' for that split."""
     result = rank_plans(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, objective="time")
     splits = [Parallelism(dp=d, tp=t, pp=p, ep=ep) for d, t, p, ep in
-              itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8, 16)) if d % ep == 0]
-    want = _fastest_fitting(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, with_vp(TINY_MOE, MOE_TRAIN, splits),
+              itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8), range(1, 9), (1, 2, 4, 8, 16)) if d % ep == 0]
+    want = _fastest_fitting(TINY_MOE, MOE_TRAIN, MOE_CLUSTER, with_layouts(TINY_MOE, MOE_TRAIN, splits),
                             lambda g, q: (g, q.dp, q.tp, q.pp))
     got = {(q.gpu_type, q.dp, q.tp, q.pp): q for q in result.plans}
     assert set(got) == set(want)
@@ -636,7 +651,7 @@ def test_long_sequence_plans_are_the_brute_force_best_over_cp():
     result = rank_plans(model, LONG, MOE_CLUSTER, objective="time")
     splits = [Parallelism(dp=d, tp=t, pp=p, cp=cp) for d, t, p, cp in
               itertools.product((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 7, 14, 28), (1, 2, 4))]
-    want = _fastest_fitting(model, LONG, MOE_CLUSTER, with_vp(model, LONG, splits), lambda g, q: (g, q.dp, q.tp, q.pp, q.cp))
+    want = _fastest_fitting(model, LONG, MOE_CLUSTER, with_layouts(model, LONG, splits), lambda g, q: (g, q.dp, q.tp, q.pp, q.cp))
     got = {(q.gpu_type, q.dp, q.tp, q.pp, q.cp): q for q in result.plans}
     assert set(got) == set(want)
     for key, plan in got.items():
@@ -685,3 +700,113 @@ def test_interleaving_keeps_the_fewest_chunks_within_one_percent():
         fastest = min(steps.values())
         assert steps[q.vp] == pytest.approx(q.step_time_s, rel=1e-9) and steps[q.vp] <= fastest * 1.01
         assert all(steps[v] > fastest * 1.01 for v in steps if v < q.vp), (q.label(), steps)
+
+
+# --- uneven pipeline stages (Megatron --decoder-first/last-pipeline-num-layers) --------------------------------------
+# Llama-3.1-405B is not in the zoo: its config.json (meta-llama/Llama-3.1-405B on the Hugging Face Hub) gives 126
+# layers of width 16,384, 128 query / 8 KV heads, an MLP of 53,248, 128,256 tokens, untied embeddings
+LLAMA_405B = model_from_hf_config({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16384, "intermediate_size": 53248,
+    "num_attention_heads": 128, "num_hidden_layers": 126, "num_key_value_heads": 8, "vocab_size": 128256,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "hidden_act": "silu", "attention_bias": False, "mlp_bias": False}, name="llama-3.1-405b")
+H100_1024 = parse_cluster_yaml("name: h100s\nnodes: [{name: h, gpu_type: H100-80GB, num_gpus: 8, count: 128}]")
+MCORE = TrainingSpec(seq_len=4096, global_batch=1024, framework="megatron", distributed_optimizer=True,
+                     recompute="full")
+
+
+def _check_uneven_plans(model, training, plans):
+    from frenzy_core.training import check_pipeline_layout
+
+    uneven = [q for q in plans if q.uneven]
+    assert uneven, "the model's layers must give some uneven plan"
+    for q in uneven:
+        check_pipeline_layout(model.num_layers, q.parallelism)  # Megatron's rule holds
+        assert sum(q.parallelism.stage_layers(model.num_layers)) == model.num_layers
+        assert f" first={q.first_stage_layers}" in q.label() or f" last={q.last_stage_layers}" in q.label()
+        tr = training.model_copy(update={"micro_batch": q.micro_batch})
+        assert abs(q.memory_bytes - predict_memory(model, tr, q.parallelism).total_bytes) <= 1
+    return uneven
+
+
+def test_llama_405b_on_1024_h100s_under_megatron_gets_uneven_plans():
+    # 126 layers: p = 16 has no even split, (7, 7) / (0, 6) / (6, 0) make 8-layer middle stages
+    result = rank_plans(LLAMA_405B, MCORE, H100_1024)
+    uneven = _check_uneven_plans(LLAMA_405B, MCORE, result.plans)
+    assert any(q.pp % 2 == 0 and LLAMA_405B.num_layers % q.pp for q in uneven)  # a p that divides no even split
+    assert {(q.first_stage_layers, q.last_stage_layers) for q in uneven if q.pp == 16} <= {(7, 7), (0, 6), (6, 0)}
+
+
+def test_deepseek_v3_under_megatron_gets_uneven_plans_but_not_under_torchtitan():
+    # 61 layers (a prime): evenly only p = 1 or 61; uneven stages open p = 2, 4, 8, 16, ...
+    model = ZOO["deepseek-v3"]
+    big = parse_cluster_yaml("name: b\nnodes: [{name: h, gpu_type: H200-141GB, num_gpus: 8, count: 128}]")
+    tr = MCORE.model_copy(update={"global_batch": 256})
+    uneven = _check_uneven_plans(model, tr, rank_plans(model, tr, big).plans)
+    assert {q.pp for q in uneven} - {1, 61}
+    titan = tr.model_copy(update={"framework": "fsdp2", "distributed_optimizer": False, "zero_stage": 3})
+    assert not any(q.uneven for q in rank_plans(model, titan, big).plans)
+
+
+def test_uneven_layouts_only_under_megatron_and_never_twice():
+    from frenzy_core.plans import pipeline_layouts
+
+    for fw in ("pytorch", "fsdp2", "deepspeed", "hf"):
+        rows = pipeline_layouts(LLAMA_405B, TrainingSpec(framework=fw), 1024)
+        assert not rows[:, 2:4].any() and all(LLAMA_405B.num_layers % p == 0 for p in rows[:, 0])
+    rows = pipeline_layouts(ZOO["deepseek-v3"], TrainingSpec(framework="megatron"), 1024)
+    ends = {}
+    for p, v, f, last, _ in rows.tolist():  # (0, 30) and (31, 30) of 61 layers on 2 stages are one split
+        counts = Parallelism(pp=p, vp=v, first_stage_layers=f, last_stage_layers=last).stage_layers(61)
+        assert (p, v, counts[0], counts[-1]) not in ends
+        ends[(p, v, counts[0], counts[-1])] = (f, last)
+
+
+def test_equal_step_times_go_to_the_smaller_memory():
+    # issue 19 item 6: gpt2-xl on one A100-80GB, 48 samples: micro-batches 1 to 12 all take the same step (p = 1);
+    # the plan takes micro-batch 1 (the least memory), as workload.PlanTable.best does
+    from frenzy_core.perf import step_time
+
+    one = parse_cluster_yaml("name: one\nnodes: [{name: n, gpu_type: A100-80GB, num_gpus: 1}]")
+    tr = TrainingSpec(seq_len=1024, global_batch=48, micro_batch=1)
+    best = rank_plans(ZOO["gpt2-xl"], tr, one).plans[0]
+    gpu = one.gpu("A100-80GB")
+    steps = {b: step_time(ZOO["gpt2-xl"], tr.model_copy(update={"micro_batch": b}), Parallelism(), gpu,
+                          gpus_per_node=1).step_time_s for b in (1, 2, 4, 12)}
+    assert len({round(s, 12) for s in steps.values()}) == 1  # the model prices them the same
+    assert best.micro_batch == 1
+    assert best.memory_bytes == min(rank_plans(ZOO["gpt2-xl"], tr, one, micro_batch=b).plans[0].memory_bytes
+                                    for b in (1, 2, 4, 12))
+
+
+def test_ranking_breaks_a_time_tie_by_memory_before_the_type_name():
+    from frenzy_core.plans import _sort_keys
+
+    cols = {"time_to_train_s": np.array([10.0, 10.0 * (1 + 1e-12)]), "num_gpus": np.array([8, 8]),
+            "cost_usd": np.array([5.0, 5.0]), "gpu_hours": np.array([1.0, 1.0]), "memory_bytes": np.array([9.0, 3.0]),
+            "type_rank": np.array([0, 1]), "tp": np.array([1, 1]), "pp": np.array([1, 1]), "dp": np.array([8, 8]),
+            "cp": np.array([1, 1])}
+    assert np.lexsort(_sort_keys("time", cols)).tolist() == [1, 0]  # 1e-12 apart is a tie: less memory first
+
+
+@pytest.mark.parametrize(("name", "framework"), [("llama-3.1-8b", "megatron"), ("mixtral-8x7b", "megatron"),
+                                                 ("gpt2-large", "hf"), ("deepseek-v2-lite", "deepspeed"),
+                                                 ("qwen3-8b", "fsdp2"), ("llama-2-13b", "pytorch")])
+def test_memory_never_falls_as_the_micro_batch_grows(name, framework):
+    # rank_plans skips a split's larger micro-batches once its smaller ones fit no GPU: exact only while memory
+    # grows with the micro-batch, uneven and interleaved stages included (framework unknown's band, a max over the
+    # recipes, can dip by a few hundred MiB at one micro-batch per step: rank_plans evaluates it whole)
+    from frenzy_core.memory import predict_memory_totals
+    from frenzy_core.training import uneven_stage_options
+
+    model = ZOO[name]
+    extra = {"zero_stage": 3} if framework == "fsdp2" else {"distributed_optimizer": framework == "megatron"}
+    tr = TrainingSpec(seq_len=2048, global_batch=64, framework=framework, **extra)
+    bs = np.array([1, 2, 4, 8, 16, 32, 64])
+    for d, t, p, v in itertools.product((1, 2), (1, 2), (1, 2, 3, 4), (1, 2)):
+        for f, last in uneven_stage_options(model.num_layers, p, v):
+            if framework != "megatron" and (f or last):
+                continue
+            keep = bs[(bs * d <= 64) & ((v == 1) | ((64 // (d * bs)) % p == 0))]
+            mem = predict_memory_totals(model, tr, d, t, p, keep, vp=v, first_stage_layers=f, last_stage_layers=last)
+            assert np.all(np.diff(mem) >= 0), (d, t, p, v, f, last, mem.tolist())

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from frenzy_core.errors import SpecError
@@ -8,8 +9,13 @@ from frenzy_core.training import (
     PRECISIONS,
     Parallelism,
     TrainingSpec,
+    bounding_stages,
     check_parallelism,
+    check_pipeline_layout,
     make_training,
+    pipeline_layout_problem,
+    stage_leading_layers,
+    uneven_stage_options,
 )
 
 
@@ -53,3 +59,120 @@ def test_learned_positions_bound_the_sequence():
     assert err.value.field == "seq_len"
     # rotary models are not bounded by a position table
     assert check_parallelism(ZOO["llama-2-7b"], TrainingSpec(seq_len=8192, global_batch=8), Parallelism()) == 8
+
+
+# --- uneven pipeline stages (Megatron-Core TransformerConfig num_layers_in_first/last_pipeline_stage) ---------------
+# Layer counts that no even split of a power-of-two p holds: Llama-3.1-405B 126, DeepSeek-V3 61, Qwen3-235B 94.
+@pytest.mark.parametrize(
+    "layers, pp, vp, first, last, stages",
+    [
+        (126, 16, 1, 7, 7, (7,) + (8,) * 14 + (7,)),  # 7 + 14 x 8 + 7
+        (126, 16, 1, 6, 0, (6,) + (8,) * 15),  # the last stage is a middle one: 6 + 15 x 8
+        (126, 16, 1, 0, 6, (8,) * 15 + (6,)),
+        (126, 16, 1, 6, 8, (6,) + (8,) * 15),  # Megatron accepts a last stage of the middle count: the layout of 6/0
+        (126, 16, 2, 8, 6, (8,) * 15 + (6,)),  # vp 2: 8, 8 and 6 are all multiples of 2
+        (126, 16, 2, 6, 0, (6,) + (8,) * 15),
+        (126, 2, 1, 63, 63, (63, 63)),  # p = 2 with both set: no middle stage, first + last = 126
+        (126, 2, 1, 60, 0, (60, 66)),  # p = 2, last a middle stage: it takes the other 66
+        (61, 8, 1, 7, 6, (7,) + (8,) * 6 + (6,)),  # DeepSeek-V3: 7 + 6 x 8 + 6
+        (61, 8, 1, 5, 0, (5,) + (8,) * 7),
+        (94, 8, 1, 11, 11, (11,) + (12,) * 6 + (11,)),  # Qwen3-235B: 11 + 6 x 12 + 11
+        (94, 8, 1, 0, 10, (12,) * 7 + (10,)),
+        (12, 4, 1, 0, 0, (3, 3, 3, 3)),  # the even split
+    ],
+)
+def test_megatron_valid_uneven_splits(layers, pp, vp, first, last, stages):
+    par = Parallelism(pp=pp, vp=vp, first_stage_layers=first, last_stage_layers=last)
+    assert pipeline_layout_problem(layers, pp, vp, first, last) is None
+    check_pipeline_layout(layers, par)
+    assert par.stage_layers(layers) == stages and sum(stages) == layers
+
+
+@pytest.mark.parametrize(
+    "layers, pp, vp, first, last, field",
+    [
+        (126, 16, 1, 0, 0, "pp"),  # 126 / 16 = 7.875
+        (126, 16, 1, 7, 0, "first_stage_layers"),  # 119 middle layers over 15 stages
+        (126, 16, 1, 8, 8, "first_stage_layers"),  # 110 over 14
+        (126, 16, 2, 7, 7, "first_stage_layers"),  # 7 is not a multiple of vp 2
+        (126, 16, 2, 6, 6, "first_stage_layers"),  # 114 over 14
+        (126, 16, 4, 0, 6, "last_stage_layers"),  # 6 is not a multiple of vp 4
+        (126, 2, 1, 60, 60, "first_stage_layers"),  # 6 layers left and no middle stage for them
+        (12, 4, 1, 10, 2, "first_stage_layers"),  # no layer left for the 2 middle stages
+        (12, 4, 1, 10, 1, "first_stage_layers"),  # 1 layer for 2 middle stages: one would be empty
+        (126, 1, 1, 126, 0, "first_stage_layers"),  # uneven stages need p >= 2
+        (61, 8, 2, 6, 0, "first_stage_layers"),  # vp 2: 55 middle layers over 7 stages
+        (61, 8, 1, 0, 70, "last_stage_layers"),  # more layers than the model has
+    ],
+)
+def test_megatron_invalid_uneven_splits_name_the_rule(layers, pp, vp, first, last, field):
+    model = ZOO["gpt2"].model_copy(update={"num_layers": layers})
+    par = Parallelism(pp=pp, vp=vp, first_stage_layers=first, last_stage_layers=last)
+    assert pipeline_layout_problem(layers, pp, vp, first, last) is not None
+    with pytest.raises(SpecError) as err:
+        check_parallelism(model, TrainingSpec(seq_len=1024, global_batch=64, micro_batch=1), par)
+    assert err.value.field == field
+    message = str(err.value)
+    assert "\n" not in message
+    if field != "pp":
+        assert "Megatron" in message and "middle" in message and "multiple of vp" in message
+
+
+def test_negative_stage_layers_are_refused():
+    with pytest.raises(SpecError) as err:
+        check_pipeline_layout(126, Parallelism(pp=16, first_stage_layers=-1))
+    assert err.value.field == "first_stage_layers"
+
+
+def test_an_uneven_split_suggests_valid_ones():
+    with pytest.raises(SpecError) as err:
+        check_pipeline_layout(126, Parallelism(pp=16))
+    assert "0/6, 7/7, 6/0" in str(err.value)
+
+
+def test_uneven_stage_options_by_hand():
+    # 126 on 16: middle stages of 8 (126 + 2 = 16 x 8): the last 2 lighter, both 1 lighter, or the first 2 lighter
+    assert uneven_stage_options(126, 16) == ((0, 6), (7, 7), (6, 0))
+    assert uneven_stage_options(126, 16, vp=2) == ((0, 6), (6, 0))  # 7 is no multiple of 2
+    # DeepSeek-V3 on 8: 61 + 3 = 8 x 8, so first and last together 3 lighter
+    assert uneven_stage_options(61, 8) == ((7, 6), (6, 7))
+    assert uneven_stage_options(61, 8, vp=2) == ()  # 61 is odd: no split into multiples of 2
+    assert uneven_stage_options(94, 8) == ((0, 10), (11, 11), (10, 0))  # Qwen3-235B: middle stages of 12
+    assert uneven_stage_options(32, 4) == ((0, 0), (7, 7))  # even, or both ends 2 lighter than middles of 9
+    assert uneven_stage_options(12, 1) == ((0, 0),)
+    assert uneven_stage_options(12, 1, vp=2) == ()
+
+
+def test_uneven_stage_options_are_all_valid_and_include_the_even_split():
+    for layers in (12, 32, 61, 80, 94, 126):
+        for pp in range(1, 33):
+            for vp in (1, 2, 3):
+                options = uneven_stage_options(layers, pp, vp)
+                assert len(set(options)) == len(options)
+                for first, last in options:
+                    assert pipeline_layout_problem(layers, pp, vp, first, last) is None
+                even = pipeline_layout_problem(layers, pp, vp) is None
+                assert ((0, 0) in options) == even
+
+
+def test_leading_layers_follow_megatrons_interleaved_order():
+    # 8 layers, p 2, vp 2 (megatron/core/transformer/transformer_block.py get_num_layers_to_build's example):
+    # stage 0 holds [0 1] [4 5], stage 1 [2 3] [6 7]
+    assert stage_leading_layers(8, 3, 2, np.arange(2), vp=2).tolist() == [2.0, 1.0]
+    assert stage_leading_layers(8, 5, 2, np.arange(2), vp=2).tolist() == [3.0, 2.0]
+    # 12 layers, p 3, vp 2, first = last = 2: rounds of 6 layers, [0] [1 2 3 4] [5] then [6] [7 8 9 10] [11]
+    assert stage_leading_layers(12, 7, 3, np.arange(3), 2, 2, 2).tolist() == [2.0, 4.0, 1.0]
+    # DeepSeek-V3 7 / 6 on 8 stages: its 3 dense layers all on the first
+    assert stage_leading_layers(61, 3, 8, np.arange(8), 7, 6).tolist() == [3.0] + [0.0] * 7
+
+
+def test_bounding_stages_add_the_first_middle_stage_for_a_lighter_first_stage():
+    assert [float(s) for s in bounding_stages(126, 0, 16)] == [0.0, 15.0]
+    assert [float(s) for s in bounding_stages(126, 0, 16, 7, 7)] == [0.0, 1.0, 15.0]
+    # DeepSeek-V3 7 / 6: layer 3 (the first MoE layer) sits on stage 0, so stages 0 and 1 bound the MoE mix
+    assert [float(s) for s in bounding_stages(61, 3, 8, 7, 6)] == [0.0, 1.0, 0.0, 1.0, 7.0]
+
+
+def test_label_names_uneven_stages():
+    assert Parallelism(pp=16, first_stage_layers=7, last_stage_layers=7).label() == "d=1 t=1 p=16 first=7 last=7"
+    assert not Parallelism(pp=4).uneven and Parallelism(pp=4, last_stage_layers=2).uneven
