@@ -47,12 +47,12 @@ SETTLED_JS = "() => new Promise(r => requestAnimationFrame(() => requestIdleCall
 
 
 # every element placeholder gone and every visible chart and table drawn (a collapsed expander draws nothing): a
-# Vega-Lite chart has its canvas or svg, a data frame its canvas
+# Plotly chart has its svg (class "main-svg"), a data frame its canvas
 DRAWN_JS = """() => {
     const shown = sel => [...document.querySelectorAll(sel)].filter(
         e => e.offsetParent !== null && !e.closest('details:not([open])'));
     return !document.querySelector('[data-testid="stSkeleton"]')
-        && shown('[data-testid="stVegaLiteChart"]').every(e => e.querySelector('canvas, svg'))
+        && shown('[data-testid="stPlotlyChart"]').every(e => e.querySelector('.main-svg'))
         && shown('[data-testid="stDataFrame"]').every(e => e.querySelector('canvas'));
 }"""
 

@@ -1,217 +1,69 @@
-"""Vega-Lite chart specs for every page: pure functions from what the core computed to a spec dict (no Streamlit
-here), so each chart's data can be tested against the core's numbers (tests/test_charts.py; the Simulation and
-GPU-mix charts through the pages in tests/test_app.py).
+"""Plotly figures for every page: pure functions from what the core computed to a `plotly.graph_objects.Figure`
+(no Streamlit here), so each chart's data can be tested against the core's numbers (tests/test_charts.py; the
+Simulation and GPU-mix charts also through the pages in tests/test_app.py).
 
-Vega-Lite instead of Plotly: Streamlit's Plotly chunk is 4.7 MB of JavaScript, and the first page of a browser
-session that draws one paid ~1.4 s for it on a 2-core machine (bench/app_latency.py, 2026-12-01)."""
+Plotly (issue 23): users asked for zoom and pan (the default modebar) and a PNG download (CONFIG). Each builder
+returns None when it has nothing to draw; the page then shows a caption instead of an empty frame. Figures are
+built from plain arrays with go.Bar / go.Heatmap / go.Scatter (plotly.express over DataFrames is slower) and the
+pages cache them with st.cache_data, so an unchanged chart costs nothing on a rerun (bench/app_latency.py).
+
+Fixed colours: one per memory component (COMPONENT_COLOURS) and one per policy (POLICY_COLOURS), the same on every
+page whatever the model or the order the policies ran in. Numbers: thousands separators, units in every axis title
+and hover label, never scientific notation (exponentformat "none")."""
 
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
+import plotly.graph_objects as go
 
 from frenzy_core.plans import Plan
 from frenzy_core.timeline import queue_length
 from frenzy_core.whatif import TODAY
 
 PANELS_PER_ROW = 4
-FREE_COLOUR = "#eceff1"  # free GPUs on the packing charts
 HOUR = 3600.0
-POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "fcfs": "#ef6c00",
-                  "sia": "#2e7d32"}
+FREE_COLOUR = "#cfd8dc"  # free GPUs on the packing charts
+USED_COLOUR = "#5c6bc0"
+FIT_COLOUR, NO_FIT_COLOUR = "#2e7d32", "#c62828"  # GPU capacity lines: the detailed peak fits / does not
+WITHIN_COLOUR, OVER_COLOUR = "#1565c0", "#c62828"  # what-if candidates within / over the budget
+CI_COLOUR = "#263238"
+# one colour per memory component (MemoryBreakdown.components' names), the same whatever the model
+COMPONENT_COLOURS = {"weights": "#1565c0", "gradients": "#ef6c00", "optimizer": "#2e7d32", "activations": "#c62828",
+                     "logits": "#6a1b9a", "transient": "#8d6e63", "overhead": "#90a4ae"}
+# one colour per registered policy (frenzy_core.policies.REGISTRY), the same on every page
+POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "frenzy-srpt": "#ad1457",
+                  "frenzy-las": "#283593", "fcfs": "#ef6c00", "sia": "#2e7d32", "sia-real": "#9e9d24",
+                  "gavel": "#5d4037"}
+# a name outside the dicts still gets one colour, always the same (by a checksum of the name, not by position)
+SPARE_COLOURS = ["#00695c", "#f9a825", "#4e342e", "#37474f", "#d84315", "#0277bd", "#558b2f", "#7b1fa2"]
+# st.plotly_chart(fig, config=charts.config(name)): the default modebar (zoom, pan, reset) without Plotly's logo,
+# and its camera button saves a PNG named after the chart
+CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+FONT = {"family": "sans-serif", "size": 13}
 
 
-def _label(component: str) -> str:
-    return component.replace("_bytes", "").replace("_", " ")
+def config(filename: str) -> dict:
+    """The st.plotly_chart config for one chart: CONFIG with the PNG download's file name."""
+    return {**CONFIG, "toImageButtonOptions": {**CONFIG["toImageButtonOptions"], "filename": filename}}
 
 
-def memory_chart(result: dict, names: list[str], by_capacity: dict[float, list[str]], log_scale: bool,
-                 title: list[str], term_help: dict[str, str]) -> dict:
-    """A Vega-Lite stacked bar per method (components, GiB), a dotted line per GPU capacity (green: the detailed peak
-    fits), and, on a linear axis, a label for a paper bar far above the detailed bar and every GPU line. Segments carry
-    explicit [start, end] so that a log axis stacks them too."""
-    detailed, paper = result["detailed"], result["paper"]
-    bars = []
-    floor = 1e-3
-    for method in ("detailed", "paper"):
-        start = 0.0
-        for name in names:
-            v = result[method][0].get(name, 0.0)
-            if v <= 0:
-                continue
-            bars.append({"method": method, "component": _label(name), "GiB": round(v, 3), "y0": max(start, floor),
-                         "y1": max(start + v, floor), "what": term_help.get(name, "see docs/memory.md")})
-            start += v
-    top = max([detailed[1], *by_capacity]) if by_capacity else detailed[1]
-    if log_scale:
-        low = min([b["GiB"] for b in bars if b["GiB"] > 0] or [0.01])
-        y_scale = {"type": "log", "domain": [max(low / 1.6, floor), max(top, paper[1]) * 1.4]}
-    else:
-        y_scale = {"domain": [0, top * 1.15]}
-    lines = [{"cap": cap, "label": f"{'✓' if detailed[1] <= cap else '✗'} {', '.join(g)} ({cap:g} GiB)",
-              "fits": detailed[1] <= cap} for cap, g in sorted(by_capacity.items())]
-    datasets = {"bars": bars, **({"lines": lines} if lines else {})}
-    layers = [{
-        "data": {"name": "bars"},
-        "mark": {"type": "bar", "clip": True},
-        "encoding": {
-            "x": {"field": "method", "type": "nominal", "sort": ["detailed", "paper"], "axis": {"labelAngle": 0},
-                  "title": None},
-            "y": {"field": "y0", "type": "quantitative", "scale": y_scale, "title": "GiB per GPU"},
-            "y2": {"field": "y1"},
-            "color": {"field": "component", "type": "nominal", "sort": [_label(n) for n in names],
-                      "legend": {"title": "component"}},
-            "tooltip": [{"field": "component"}, {"field": "method"}, {"field": "GiB", "format": ".2f"},
-                        {"field": "what"}],
-        },
-    }]
-    if lines:
-        color = {"field": "fits", "type": "nominal", "legend": None,
-                 "scale": {"domain": [True, False], "range": ["#2e7d32", "#c62828"]}}
-        layers.append({"data": {"name": "lines"}, "mark": {"type": "rule", "strokeDash": [3, 3]},
-                       "encoding": {"y": {"field": "cap", "type": "quantitative"}, "color": color}})
-        layers.append({"data": {"name": "lines"}, "mark": {"type": "text", "align": "right", "dy": -6, "fontSize": 11,
-                                                           "x": {"expr": "width"}},
-                       "encoding": {"y": {"field": "cap", "type": "quantitative"}, "text": {"field": "label"},
-                                    "color": color}})
-    if not log_scale and paper[1] > top * 1.15:
-        datasets["note"] = [{"method": "paper", "y": top * 1.1,
-                             "label": f"paper: {paper[1]:,.0f} GiB ↑ (turn on log scale)"}]
-        layers.append({"data": {"name": "note"}, "mark": {"type": "text", "color": "#c62828", "fontSize": 12},
-                       "encoding": {"x": {"field": "method", "type": "nominal"},
-                                    "y": {"field": "y", "type": "quantitative"}, "text": {"field": "label"}}})
-    # named datasets: Streamlit sends them apart from the spec, so an edit that changes only the numbers updates the
-    # drawn chart's data instead of embedding a new one (the memory update stays fast)
-    return {"title": {"text": title, "anchor": "start"}, "height": 480, "layer": layers, "datasets": datasets,
-            "resolve": {"scale": {"color": "independent"}}}
+def _spare(name: str) -> str:
+    return SPARE_COLOURS[zlib.crc32(name.encode()) % len(SPARE_COLOURS)]
 
 
-def headroom_heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> dict:
-    """A Vega-Lite spec: one panel per GPU type (at most PANELS_PER_ROW per row), d (rows) x t (columns) coloured by
-    headroom GiB on one shared scale (-lim..lim, deeper deficits saturate red); feasible cells carry a tick,
-    infeasible ones a cross, the winning plan a star."""
-    at_p = grid[grid["pp"] == p]
-    winner = (best.gpu_type, best.dp, best.tp) if best is not None and best.pp == p else None
-    cells = [{"GPU type": str(r.gpu_type), "d": int(r.dp), "t": int(r.tp),
-              "headroom GiB": round(float(r.headroom_gib), 2),
-              "mark": "★" if winner == (r.gpu_type, r.dp, r.tp) else "✓" if r.feasible else "✗"}
-             for r in at_p.itertuples() if r.headroom_gib == r.headroom_gib]
-    d_all = sorted({c["d"] for c in cells})
-    t_all = sorted({c["t"] for c in cells})
-    step = 40
-    x = {"field": "t", "type": "ordinal", "sort": t_all, "title": "t (tensor-parallel)", "axis": {"labelAngle": 0}}
-    y = {"field": "d", "type": "ordinal", "sort": d_all, "title": "d (data-parallel)"}
-    title = f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)"
-                                          if best is not None and best.pp == p else "")
-    return {
-        "title": {"text": title, "anchor": "start", "fontSize": 14},
-        "data": {"values": cells},
-        "facet": {"field": "GPU type", "type": "nominal", "sort": types, "title": None,
-                  "header": {"labelFontSize": 13}},
-        "columns": PANELS_PER_ROW,
-        "spec": {
-            "width": {"step": step}, "height": {"step": step},
-            "layer": [
-                {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 2},
-                 "encoding": {"x": x, "y": y,
-                              "color": {"field": "headroom GiB", "type": "quantitative",
-                                        "scale": {"scheme": "redyellowgreen", "domain": [-lim, lim], "domainMid": 0,
-                                                  "clamp": True},
-                                        "legend": {"title": "headroom GiB"}},
-                              "tooltip": [{"field": "GPU type"}, {"field": "d"}, {"field": "t"},
-                                          {"field": "headroom GiB", "format": ".1f"}]}},
-                {"mark": {"type": "text", "fontSize": 13},
-                 "encoding": {"x": x, "y": y, "text": {"field": "mark"},
-                              "color": {"condition": {"test": "datum.mark === '★'", "value": "#1a237e"},
-                                        "value": "#263238"},
-                              "size": {"condition": {"test": "datum.mark === '★'", "value": 24}, "value": 13}}},
-            ],
-        },
-        "resolve": {"scale": {"x": "shared", "y": "shared"}},
-    }
+def component_colour(component: str) -> str:
+    return COMPONENT_COLOURS.get(component) or _spare(component)
 
 
-def job_legend(alloc, colour: dict[str, str]) -> dict:
-    """A Vega-Lite colour encoding: one legend entry and colour per placed job, then grey for free GPUs."""
-    names = [f"{j.job_id}: {j.model} ({j.plan.num_gpus})" for j in alloc.jobs] + ["free"]
-    return {"field": "job", "type": "nominal", "sort": names,
-            "scale": {"domain": names, "range": [colour[j.job_id] for j in alloc.jobs] + [FREE_COLOUR]},
-            "legend": {"orient": "bottom", "title": None, "columns": 3}}
-
-
-def group_chart(cluster, alloc, colour: dict[str, str], spans: list[tuple[str, int, int]]) -> dict:
-    """A Vega-Lite spec: one stacked bar per node group, the GPUs each job holds there and the free ones (fast at
-    10,000 nodes: one row per group)."""
-    free = alloc.free_per_node()
-    rows = []
-    for job in alloc.jobs:
-        name = f"{job.job_id}: {job.model} ({job.plan.num_gpus})"
-        for label, a, b in spans:
-            n = sum(k for node, k in job.placement.nodes if a <= node < b)
-            if n:
-                rows.append({"group": label, "job": name, "GPUs": int(n), "order": len(rows)})
-    for label, a, b in spans:
-        rows.append({"group": label, "job": "free", "GPUs": int(free[a:b].sum()), "order": len(rows)})
-    return {"title": {"text": "Node groups × GPUs (colour = job, grey = free)", "anchor": "start"},
-            "height": {"step": 28}, "data": {"values": rows}, "mark": "bar",
-            "encoding": {"y": {"field": "group", "type": "nominal", "sort": [s[0] for s in spans], "title": None,
-                               "axis": {"labelLimit": 400}},
-                         "x": {"field": "GPUs", "type": "quantitative", "stack": "zero", "title": "GPUs"},
-                         "color": job_legend(alloc, colour), "order": {"field": "order"},
-                         "tooltip": [{"field": "group"}, {"field": "job"}, {"field": "GPUs"}]}}
-
-
-def node_grid(cluster, alloc, colour: dict[str, str]) -> dict:
-    """A Vega-Lite spec: nodes (rows) x GPU slots (columns), each GPU coloured by the job holding it (grey = free),
-    labelled with the job number."""
-    by_id = {j.job_id: j for j in alloc.jobs}
-    cells = []
-    for ni, node in enumerate(cluster.nodes):
-        for k in range(node.num_gpus):
-            owner = alloc.owner[ni][k]
-            job = by_id.get(owner)
-            cells.append({"node": node.name, "slot": k, "type": node.gpu_type,
-                          "job": f"{job.job_id}: {job.model} ({job.plan.num_gpus})" if job else "free",
-                          "label": owner.replace("job-", "") if owner else "",
-                          "plan": job.plan.label() if job else ""})
-    x = {"field": "slot", "type": "ordinal", "title": "GPU slot", "axis": {"labelAngle": 0}}
-    y = {"field": "node", "type": "nominal", "sort": [n.name for n in cluster.nodes], "title": None,
-         "axis": {"labelLimit": 400}}
-    return {"title": {"text": "Nodes × GPUs (colour = job, grey = free)", "anchor": "start"},
-            "height": {"step": 26}, "data": {"values": cells},
-            "layer": [
-                {"mark": {"type": "rect", "stroke": "white", "strokeWidth": 3},
-                 "encoding": {"x": x, "y": y, "color": job_legend(alloc, colour),
-                              "tooltip": [{"field": "node"}, {"field": "slot", "title": "GPU"}, {"field": "type"},
-                                          {"field": "job"}, {"field": "plan"}]}},
-                {"mark": {"type": "text", "color": "white", "fontSize": 11},
-                 "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]}
-
-
-def capacity_chart(caps: dict[str, tuple[int, int]]) -> dict:
-    """A Vega-Lite spec: used and free GPUs per GPU type, stacked."""
-    rows = [{"GPU type": g, "state": s, "GPUs": int(v)} for g, (f, t) in caps.items()
-            for s, v in (("used", t - f), ("free", f))]
-    return {"title": {"text": "GPUs per type", "anchor": "start"}, "height": 260, "data": {"values": rows},
-            "mark": "bar",
-            "encoding": {"x": {"field": "GPU type", "type": "nominal", "sort": list(caps), "title": None,
-                               "axis": {"labelAngle": 0}},
-                         "y": {"field": "GPUs", "type": "quantitative", "title": "GPUs"},
-                         "color": {"field": "state", "type": "nominal", "sort": ["used", "free"],
-                                   "scale": {"domain": ["used", "free"], "range": ["#5c6bc0", "#b0bec5"]},
-                                   "legend": {"orient": "bottom", "title": None}},
-                         "order": {"field": "state", "sort": "descending"},
-                         "tooltip": [{"field": "GPU type"}, {"field": "state"}, {"field": "GPUs"}]}}
-
-
-def ci_rows(rows: list[dict], low: str, high: str) -> list[dict]:
-    """The rows that have an interval (one seed gives none: its bounds are null)."""
-    return [r for r in rows if r[low] is not None and r[high] is not None]
+def colour(policy: str) -> str:
+    return POLICY_COLOURS.get(policy) or _spare(policy)
 
 
 def chart_number(x: float) -> float | None:
-    """A plain float for a Vega-Lite data row, or None (JSON null) for NaN and infinities, which JSON cannot hold."""
+    """A plain float, or None (a gap; JSON null) for NaN and infinities, which JSON cannot hold."""
     x = float(x)
     return x if math.isfinite(x) else None
 
@@ -219,207 +71,379 @@ def chart_number(x: float) -> float | None:
 num = chart_number
 
 
-def colour(policy: str) -> str:
-    return POLICY_COLOURS.get(policy, "#5d4037")
+def _axis(title: str, **extra) -> dict:
+    """An axis with its unit in the title, thousands separators and no scientific notation."""
+    return {"title": {"text": title}, "exponentformat": "none", "separatethousands": True, "automargin": True,
+            **extra}
 
 
-def policy_colour(names: list[str], show_legend: bool = True) -> dict:
-    """The colour channel: one fixed colour per policy (POLICY_COLOURS), in the order the policies were run."""
-    return {"field": "policy", "type": "nominal", "sort": names,
-            "scale": {"domain": names, "range": [colour(n) for n in names]},
-            "legend": {"orient": "bottom", "title": None} if show_legend else None}
+def _figure(chart: str, traces: list, title: str | None, height: int, x: dict, y: dict, **layout) -> go.Figure:
+    """A figure with the shared look: title at the left, legend below, ',' thousands separators; `chart` names it
+    in layout.meta (the tests find a drawn chart by it)."""
+    base = {"meta": {"chart": chart}, "height": height, "separators": ".,", "font": FONT, "xaxis": x, "yaxis": y,
+            "margin": {"l": 10, "r": 10, "t": 50 if title else 20, "b": 10},
+            "legend": {"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+            "hoverlabel": {"namelength": -1}}
+    if title:
+        base["title"] = {"text": title, "x": 0, "xanchor": "left"}
+    return go.Figure(data=traces, layout={**base, **layout})
 
 
-def chart(title: str, height: int, layers: list[dict]) -> dict:
-    """A layered Vega-Lite spec with its title at the left; each layer carries its own inline data."""
-    return {"title": {"text": title, "anchor": "start"}, "height": height, "layer": layers}
+def _has_ci(seeds: int, low: float, high: float) -> bool:
+    """An error bar needs at least two seeds and finite bounds (one seed gives NaN: there is no interval)."""
+    return seeds >= 2 and math.isfinite(low) and math.isfinite(high)
 
 
-def step_lines_spec(title: str, x_title: str, y_title: str, y_field: str, rows: list[dict], names: list[str],
-                    height: int, x_scale: dict | None = None) -> dict:
-    """One step line per policy (the value holds from each point to the next), coloured per policy."""
-    x = {"field": "hours", "type": "quantitative", "title": x_title}
-    if x_scale:
-        x["scale"] = x_scale
-    return chart(title, height, [{
-        "data": {"values": rows},
-        "mark": {"type": "line", "interpolate": "step-after", "clip": True},
-        "encoding": {"x": x, "y": {"field": y_field, "type": "quantitative", "title": y_title},
-                     "color": policy_colour(names),
-                     "tooltip": [{"field": "policy"}, {"field": "hours", "title": "hours", "format": ".2f"},
-                                 {"field": y_field, "title": y_title, "format": ".3~f"}]}}])
+# --- Model & memory ------------------------------------------------------------------------------------------------
+def memory_chart(result: dict, names: list[str], by_capacity: dict[float, list[str]], log_scale: bool,
+                 title: list[str], term_help: dict[str, str]) -> go.Figure | None:
+    """A stacked bar per method (detailed, paper): one trace per memory component (GiB, its fixed colour), a dotted
+    line per GPU capacity (green: the detailed peak fits), and, on a linear axis, a note for a paper bar far above
+    the detailed bar and every GPU line. None when no component has memory."""
+    detailed, paper = result["detailed"], result["paper"]
+    methods = ["detailed", "paper"]
+    traces = []
+    for name in names:
+        gib = [result[m][0].get(name, 0.0) for m in methods]
+        if max(gib) <= 0:
+            continue
+        traces.append(go.Bar(
+            name=name, x=methods, y=[v if v > 0 else None for v in gib], marker={"color": component_colour(name)},
+            customdata=[term_help.get(name, "see docs/memory.md")] * 2,
+            hovertemplate=f"<b>{name}</b> (%{{x}})<br>%{{y:,.2f}} GiB per GPU<br>%{{customdata}}<extra></extra>"))
+    if not traces:
+        return None
+    top = max([detailed[1], *by_capacity]) if by_capacity else detailed[1]
+    shapes, notes = [], []
+    for cap, gpus in sorted(by_capacity.items()):
+        fits = detailed[1] <= cap
+        line = FIT_COLOUR if fits else NO_FIT_COLOUR
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": cap, "y1": cap,
+                       "line": {"color": line, "dash": "dot", "width": 1.5}})
+        notes.append({"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": math.log10(cap) if log_scale
+                      else cap, "yanchor": "bottom", "showarrow": False, "font": {"color": line, "size": 11},
+                      "text": f"{'✓' if fits else '✗'} {', '.join(gpus)} ({cap:,.4g} GiB)"})
+    if log_scale:
+        low = min(v for m in methods for v in result[m][0].values() if v > 0)
+        y = _axis("GiB per GPU (log)", type="log", dtick=1,  # labels at 1, 10, 100 GiB: digits between crowd
+                  range=[math.log10(max(low / 1.6, 1e-3)), math.log10(max(top, paper[1]) * 1.4)])
+    else:
+        y = _axis("GiB per GPU", range=[0, top * 1.15])
+        if paper[1] > top * 1.15:
+            notes.append({"x": "paper", "y": top * 1.08, "showarrow": False, "font": {"color": NO_FIT_COLOUR},
+                          "text": f"paper: {paper[1]:,.0f} GiB ↑ (turn on log scale)"})
+    return _figure("memory", traces, "<br>".join(title), 480, _axis("", type="category"), y, barmode="stack",
+                   shapes=shapes, annotations=notes,
+                   legend={"title": {"text": "component"}, "traceorder": "reversed"})  # top to bottom, as stacked
 
 
-def arrivals_spec(trace) -> dict:
-    """A histogram (40 bins) of the trace's arrival times, in hours."""
-    rows = [{"arrival_h": j.arrival_s / HOUR} for j in trace.jobs]
-    return chart("Arrivals over time", 260, [{
-        "data": {"values": rows},
-        "mark": {"type": "bar", "color": "#90a4ae"},
-        "encoding": {"x": {"field": "arrival_h", "bin": {"maxbins": 40}, "type": "quantitative", "title": "hours"},
-                     "y": {"aggregate": "count", "type": "quantitative", "title": "jobs"},
-                     "tooltip": [{"field": "arrival_h", "bin": {"maxbins": 40}, "title": "hours"},
-                                 {"aggregate": "count", "title": "jobs"}]}}])
+# --- Plans ---------------------------------------------------------------------------------------------------------
+def headroom_heatmaps(grid, types: list[str], p: int, lim: float, best: Plan | None) -> go.Figure | None:
+    """One heatmap per GPU type (at most PANELS_PER_ROW per row): d (rows) x t (columns) coloured by headroom GiB on
+    one shared scale (-lim..lim, deeper deficits saturate red); feasible cells carry a tick, infeasible ones a
+    cross, the winning plan a star. z is the grid's headroom_gib (None where the grid has no such split). None when
+    the grid has no split at this p."""
+    at_p = grid[(grid["pp"] == p) & grid["headroom_gib"].notna()]
+    if at_p.empty:
+        return None
+    winner = (best.gpu_type, best.dp, best.tp) if best is not None and best.pp == p else None
+    d_all = sorted(int(v) for v in at_p["dp"].unique())
+    t_all = sorted(int(v) for v in at_p["tp"].unique())
+    shown = [g for g in types if (at_p["gpu_type"] == g).any()]
+    cols = min(PANELS_PER_ROW, len(shown))
+    rows = math.ceil(len(shown) / cols)
+    gap_x, gap_y = 0.04, 0.12 / max(rows, 1)
+    width, height = (1 - gap_x * (cols - 1)) / cols, (1 - gap_y * (rows - 1)) / rows
+    d_index, t_index = {d: i for i, d in enumerate(d_all)}, {t: i for i, t in enumerate(t_all)}
+    traces, layout, notes = [], {}, []
+    for k, gpu_type in enumerate(shown):
+        cells = at_p[at_p["gpu_type"] == gpu_type]
+        z = [[None] * len(t_all) for _ in d_all]
+        marks = [[""] * len(t_all) for _ in d_all]
+        for d, t, h, ok in zip(cells["dp"], cells["tp"], cells["headroom_gib"], cells["feasible"], strict=True):
+            i, j = d_index[int(d)], t_index[int(t)]
+            z[i][j] = round(float(h), 2)
+            marks[i][j] = "★" if winner == (gpu_type, int(d), int(t)) else "✓" if ok else "✗"
+        r, c = divmod(k, cols)
+        suffix = "" if k == 0 else str(k + 1)
+        x0, y1 = c * (width + gap_x), 1 - r * (height + gap_y)
+        layout[f"xaxis{suffix}"] = _axis("t (tensor-parallel)", type="category", domain=[x0, x0 + width],
+                                         anchor=f"y{suffix}", showgrid=False)
+        layout[f"yaxis{suffix}"] = _axis("d (data-parallel)" if c == 0 else "", type="category",
+                                         domain=[y1 - height, y1], anchor=f"x{suffix}", showgrid=False)
+        notes.append({"text": f"<b>{gpu_type}</b>", "xref": "paper", "yref": "paper", "x": x0 + width / 2,
+                      "y": y1, "xanchor": "center", "yanchor": "bottom", "showarrow": False})
+        traces.append(go.Heatmap(
+            name=gpu_type, x=[str(t) for t in t_all], y=[str(d) for d in d_all], z=z, text=marks,
+            texttemplate="%{text}", textfont={"size": 14}, coloraxis="coloraxis", xgap=2, ygap=2,
+            xaxis=f"x{suffix}", yaxis=f"y{suffix}", hoverongaps=False,
+            hovertemplate=f"<b>{gpu_type}</b><br>d=%{{y}}, t=%{{x}}, p={p}<br>headroom %{{z:,.1f}} GiB"
+                          "<extra></extra>"))
+    title = f"Memory headroom at p={p}" + (" (the best plan's p; ★ = best plan)" if winner else "")
+    cell = 44
+    fig_height = 80 + rows * (len(d_all) * cell + 90)
+    fig = _figure("headroom", traces, title, fig_height, layout.pop("xaxis"), layout.pop("yaxis"),
+                  coloraxis={"colorscale": "RdYlGn", "cmin": -lim, "cmax": lim, "cmid": 0,
+                             "colorbar": {"title": {"text": "headroom GiB"}, "exponentformat": "none",
+                                          "separatethousands": True}},
+                  annotations=notes, width=min(1400, 160 + cols * max(len(t_all) * cell + 90, 200)), **layout)
+    fig.update_layout(margin={"t": 80})
+    return fig
 
 
-def cdf_spec(results: dict) -> dict:
-    """The empirical CDF of JCT per policy over all seeds (finished jobs): the i-th shortest of n at i/n."""
-    rows = []
+# --- Cluster & packing ---------------------------------------------------------------------------------------------
+def job_name(job) -> str:
+    return f"{job.job_id}: {job.model} ({job.plan.num_gpus} GPUs)"
+
+
+def group_chart(cluster, alloc, colour: dict[str, str], spans: list[tuple[str, int, int]]) -> go.Figure | None:
+    """One horizontal stacked bar per node group: a trace per placed job (its colour) with the GPUs it holds in
+    each group, then the free GPUs in grey (fast at 10,000 nodes: one bar per group)."""
+    if not spans:
+        return None
+    free = alloc.free_per_node()
+    groups = [s[0] for s in spans]
+    traces = []
+    for job in alloc.jobs:
+        held = [sum(k for node, k in job.placement.nodes if a <= node < b) for _, a, b in spans]
+        traces.append(go.Bar(name=job_name(job), y=groups, x=held, orientation="h",
+                             marker={"color": colour[job.job_id]},
+                             hovertemplate=f"<b>{job_name(job)}</b><br>%{{y}}: %{{x:,}} GPUs<extra></extra>"))
+    traces.append(go.Bar(name="free", y=groups, x=[int(free[a:b].sum()) for _, a, b in spans], orientation="h",
+                         marker={"color": FREE_COLOUR},
+                         hovertemplate="<b>free</b><br>%{y}: %{x:,} GPUs<extra></extra>"))
+    # the legend at the right: below, its job names would overlap a chart only a few bars high
+    return _figure("node_groups", traces, "Node groups × GPUs (colour = job, grey = free)",
+                   max(240, 140 + 34 * len(spans), 80 + 22 * len(traces)), _axis("GPUs"),
+                   _axis("", type="category", autorange="reversed"), barmode="stack",
+                   legend={"orientation": "v", "x": 1.02, "y": 1, "yanchor": "top", "traceorder": "normal"})
+
+
+def node_grid(cluster, alloc, colour: dict[str, str]) -> go.Figure | None:
+    """Nodes (rows) x GPU slots (columns): each GPU a cell coloured by the job holding it (grey = free), labelled
+    with the job number. One trace per job (and one for the free GPUs): a bar of width 1 per GPU it holds, based at
+    the GPU's slot."""
+    if not cluster.nodes:
+        return None
+    names = [n.name for n in cluster.nodes]
+    by_id = {j.job_id: j for j in alloc.jobs}
+    cells: dict[str | None, tuple[list, list, list]] = {j.job_id: ([], [], []) for j in alloc.jobs}
+    cells[None] = ([], [], [])
+    for ni, node in enumerate(cluster.nodes):
+        for k in range(node.num_gpus):
+            owner = alloc.owner[ni][k]
+            node_names, slots, types = cells[owner if owner in by_id else None]
+            node_names.append(node.name)
+            slots.append(k)
+            types.append(node.gpu_type)
+    traces = []
+    for owner, (node_names, slots, types) in cells.items():
+        if not node_names:
+            continue
+        job = by_id.get(owner)
+        name = job_name(job) if job else "free"
+        plan = job.plan.label() if job else ""
+        traces.append(go.Bar(
+            name=name, y=node_names, x=[1] * len(slots), base=slots, orientation="h", width=0.85,
+            marker={"color": colour[owner] if job else FREE_COLOUR, "line": {"color": "white", "width": 2}},
+            text=[owner.replace("job-", "")] * len(slots) if job else None, textposition="inside",
+            insidetextanchor="middle", textfont={"color": "white"}, customdata=types,
+            hovertemplate=f"<b>{name}</b><br>%{{y}}, GPU %{{base}} (%{{customdata}})"
+                          + (f"<br>plan {plan}" if plan else "") + "<extra></extra>"))
+    most = max(n.num_gpus for n in cluster.nodes)
+    return _figure("node_grid", traces, "Nodes × GPUs (colour = job, grey = free)", 140 + 30 * len(names),
+                   _axis("GPU slot", range=[0, most], tickvals=[k + 0.5 for k in range(most)],  # cell centres
+                         ticktext=[str(k) for k in range(most)], showgrid=False),
+                   _axis("", type="category", categoryorder="array", categoryarray=names, autorange="reversed"),
+                   barmode="overlay", bargap=0.1)
+
+
+def capacity_chart(caps: dict[str, tuple[int, int]]) -> go.Figure | None:
+    """Used and free GPUs per GPU type, stacked (caps: type -> (free, total), frenzy_core.allocation.free_by_type)."""
+    if not caps:
+        return None
+    types = list(caps)
+    used = go.Bar(name="used", x=types, y=[int(t - f) for f, t in caps.values()], marker={"color": USED_COLOUR},
+                  hovertemplate="<b>used</b><br>%{x}: %{y:,} GPUs<extra></extra>")
+    free = go.Bar(name="free", x=types, y=[int(f) for f, _ in caps.values()], marker={"color": FREE_COLOUR},
+                  hovertemplate="<b>free</b><br>%{x}: %{y:,} GPUs<extra></extra>")
+    return _figure("capacity", [used, free], "GPUs per type", 300, _axis("", type="category"),
+                   _axis("GPUs", rangemode="tozero"), barmode="stack")
+
+
+# --- Simulation ----------------------------------------------------------------------------------------------------
+def _lines(series: dict[str, tuple[np.ndarray, np.ndarray]], y_unit: str, y_format: str) -> list[go.Scatter]:
+    """One step line per policy (the value holds from each point to the next) in its fixed colour."""
+    return [go.Scatter(name=name, x=x, y=y, mode="lines", line={"shape": "hv", "color": colour(name), "width": 2},
+                       hovertemplate=f"<b>{name}</b><br>%{{x:,.2f}} h<br>%{{y:{y_format}}} {y_unit}<extra></extra>")
+            for name, (x, y) in series.items() if len(x)]
+
+
+def arrivals_spec(trace) -> go.Figure | None:
+    """A histogram (at most 40 bins) of the trace's arrival times, in hours. None for a trace without jobs."""
+    hours = np.array([j.arrival_s for j in trace.jobs], dtype=float) / HOUR
+    if not hours.size:
+        return None
+    bars = go.Histogram(name="arrivals", x=hours, nbinsx=40, marker={"color": "#90a4ae"},
+                        hovertemplate="%{x} h<br>%{y:,} jobs<extra></extra>")
+    return _figure("arrivals", [bars], "Arrivals over time", 260, _axis("hours"), _axis("jobs"), showlegend=False)
+
+
+def cdf_series(results: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per policy, the empirical CDF of JCT over all seeds (finished jobs): the i-th shortest of n (hours) at i/n."""
+    out = {}
     for name, res in results.items():
-        jct = np.sort(np.concatenate([r.jobs["jct_s"] for r in res.results]))
+        jct = np.sort(np.concatenate([np.asarray(r.jobs["jct_s"], dtype=float) for r in res.results]))
         jct = jct[np.isfinite(jct)] / HOUR
-        rows += [{"policy": name, "hours": float(h), "fraction": (i + 1) / jct.size} for i, h in enumerate(jct)]
-    spec = step_lines_spec("JCT CDF (all seeds)", "job completion time (h, log)", "fraction of jobs", "fraction",
-                           rows, list(results), 360, x_scale={"type": "log"})
-    spec["layer"][0]["encoding"]["y"]["scale"] = {"domain": [0, 1]}
-    return spec
+        out[name] = (jct, np.arange(1, jct.size + 1) / max(jct.size, 1))
+    return out
 
 
-def jct_bars_spec(results: dict) -> dict:
-    """Average and p99 JCT per policy (means over seeds, hours) side by side, each with its 95% CI as an error bar
-    (none with one seed: there is no interval)."""
-    rows = []
-    for metric, label in (("avg_jct_s", "average"), ("p99_jct_s", "p99")):
-        for name, res in results.items():
-            mean, lo, hi = res.ci(metric)
-            rows.append({"policy": name, "JCT": label, "hours": num(mean / HOUR), "ci_low_h": num(lo / HOUR),
-                         "ci_high_h": num(hi / HOUR)})
-    names = list(results)
-    x = {"field": "policy", "type": "nominal", "sort": names, "title": None, "axis": {"labelAngle": 0}}
-    offset = {"field": "JCT", "type": "nominal", "sort": ["average", "p99"]}
-    tooltip = [{"field": "policy"}, {"field": "JCT"}, {"field": "hours", "format": ".2f"},
-               {"field": "ci_low_h", "title": "95% CI low (h)", "format": ".2f"},
-               {"field": "ci_high_h", "title": "95% CI high (h)", "format": ".2f"}]
-    return chart("Average and p99 JCT, 95% CI", 360, [
-        {"data": {"values": rows}, "mark": {"type": "bar"},
-         "encoding": {"x": x, "xOffset": offset, "y": {"field": "hours", "type": "quantitative", "title": "hours"},
-                      "color": policy_colour(names, show_legend=False),  # the x axis names the policies
-                      "opacity": {"field": "JCT", "type": "nominal", "sort": ["average", "p99"],
-                                  "scale": {"domain": ["average", "p99"], "range": [1.0, 0.5]},
-                                  "legend": {"orient": "bottom", "title": None}},
-                      "tooltip": tooltip}},
-        {"data": {"values": ci_rows(rows, "ci_low_h", "ci_high_h")},
-         "mark": {"type": "rule", "color": "#263238", "strokeWidth": 1.5},
-         "encoding": {"x": x, "xOffset": offset, "y": {"field": "ci_low_h", "type": "quantitative"},
-                      "y2": {"field": "ci_high_h"}, "tooltip": tooltip}},
-    ])
+def cdf_spec(results: dict) -> go.Figure | None:
+    """The JCT CDF per policy (cdf_series) on a log time axis. None when no job finished."""
+    traces = _lines(cdf_series(results), "of jobs", ".1%")
+    if not traces:
+        return None
+    return _figure("cdf", traces, "JCT CDF (all seeds)", 360, _axis("job completion time (h, log)", type="log"),
+                   _axis("fraction of jobs", range=[0, 1.02], tickformat=".0%"))
 
 
-def queue_spec(results: dict) -> dict:
-    """Jobs arrived but not started over time, per policy, on seed 0 (frenzy_core.timeline.queue_length)."""
-    rows = []
+def _error_bars(mean: list[float | None], low: list[float | None], high: list[float | None]) -> dict | None:
+    """Plotly's asymmetric error bar from CI bounds (None: no bar at that point)."""
+    if all(lo is None for lo in low):
+        return None
+    up = [None if h is None or m is None else h - m for m, h in zip(mean, high, strict=True)]
+    down = [None if lo is None or m is None else m - lo for m, lo in zip(mean, low, strict=True)]
+    return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "color": CI_COLOUR,
+            "thickness": 1.5, "width": 6}
+
+
+def jct_bars_spec(results: dict) -> go.Figure | None:
+    """Average and p99 JCT (means over seeds, hours): one bar per policy in each group, in the policy's colour,
+    with the 95% CI (MultiSeedResult.ci) as an error bar when there are at least 2 seeds."""
+    traces = []
+    for name, res in results.items():
+        mean, low, high = [], [], []
+        for metric in ("avg_jct_s", "p99_jct_s"):
+            m, lo, hi = res.ci(metric)
+            ci = _has_ci(len(res.results), lo, hi)
+            mean.append(num(m / HOUR))
+            low.append(num(lo / HOUR) if ci else None)
+            high.append(num(hi / HOUR) if ci else None)
+        ci_text = "<br>95% CI %{customdata[0]:,.2f} – %{customdata[1]:,.2f} h" if low[0] is not None else ""
+        traces.append(go.Bar(name=name, x=["average", "p99"], y=mean, marker={"color": colour(name)},
+                             error_y=_error_bars(mean, low, high), customdata=list(zip(low, high, strict=True)),
+                             hovertemplate=f"<b>{name}</b> %{{x}} JCT<br>%{{y:,.2f}} h{ci_text}<extra></extra>"))
+    if not any(v is not None for t in traces for v in t.y):
+        return None
+    return _figure("jct_bars", traces, "Average and p99 JCT, 95% CI", 360, _axis("", type="category"),
+                   _axis("hours", rangemode="tozero"), barmode="group")
+
+
+def queue_series(results: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per policy, jobs arrived but not started over time on seed 0 (frenzy_core.timeline.queue_length), hours."""
+    out = {}
     for name, res in results.items():
         r = res.results[0]
         t, q = queue_length(r.jobs["arrival_s"], r.jobs["start_s"])
-        rows += [{"policy": name, "hours": float(a) / HOUR, "jobs": int(b)} for a, b in zip(t, q, strict=True)]
-    return step_lines_spec("Queued jobs over time (seed 0)", "hours", "jobs waiting", "jobs", rows, list(results),
-                           320)
+        out[name] = (np.asarray(t, dtype=float) / HOUR, np.asarray(q))
+    return out
 
 
-def util_spec(results: dict) -> dict:
-    """The share of the cluster's GPUs busy over time, per policy, on seed 0 (SimResult.utilisation)."""
-    rows = []
+def queue_spec(results: dict) -> go.Figure | None:
+    traces = _lines(queue_series(results), "jobs waiting", ",d")
+    if not traces:
+        return None
+    return _figure("queue", traces, "Queued jobs over time (seed 0)", 320, _axis("hours"),
+                   _axis("jobs waiting", rangemode="tozero"))
+
+
+def util_series(results: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per policy, the share of the cluster's GPUs busy over time on seed 0 (SimResult.utilisation), in %."""
+    out = {}
     for name, res in results.items():
         u = res.results[0].utilisation()
-        rows += [{"policy": name, "hours": float(a) / HOUR, "busy_pct": 100.0 * float(b)}
-                 for a, b in zip(u["time_s"], u["utilisation"], strict=True)]
-    return step_lines_spec("GPU utilisation over time (seed 0)", "hours", "% GPUs busy", "busy_pct", rows,
-                           list(results), 320)
+        out[name] = (np.asarray(u["time_s"], dtype=float) / HOUR, 100.0 * np.asarray(u["utilisation"], dtype=float))
+    return out
 
 
-def gpu_hours_spec(results: dict) -> dict:
+def util_spec(results: dict) -> go.Figure | None:
+    traces = _lines(util_series(results), "% GPUs busy", ",.1f")
+    if not traces:
+        return None
+    return _figure("utilisation", traces, "GPU utilisation over time (seed 0)", 320, _axis("hours"),
+                   _axis("% GPUs busy", range=[0, 102]))
+
+
+def gpu_hours_spec(results: dict) -> go.Figure | None:
     """GPU-hours per GPU type (mean over seeds of SimResult.gpu_hours_by_type), one bar per policy in each group."""
-    rows = []
+    traces = []
     for name, res in results.items():
         per = [r.gpu_hours_by_type() for r in res.results]
-        rows += [{"policy": name, "gpu_type": t, "gpu_hours": float(np.mean([p.get(t, 0.0) for p in per]))}
-                 for t in per[0]]
-    names = list(results)
-    return chart("GPU-hours per GPU type (mean over seeds)", 320, [{
-        "data": {"values": rows}, "mark": {"type": "bar"},
-        "encoding": {"x": {"field": "gpu_type", "type": "nominal", "sort": None, "title": None,
-                           "axis": {"labelAngle": 0}},
-                     "xOffset": {"field": "policy", "type": "nominal", "sort": names},
-                     "y": {"field": "gpu_hours", "type": "quantitative", "title": "GPU-hours"},
-                     "color": policy_colour(names),
-                     "tooltip": [{"field": "policy"}, {"field": "gpu_type", "title": "GPU type"},
-                                 {"field": "gpu_hours", "title": "GPU-hours", "format": ",.1f"}]}}])
+        types = list(per[0])
+        traces.append(go.Bar(name=name, x=types, y=[float(np.mean([p.get(t, 0.0) for p in per])) for t in types],
+                             marker={"color": colour(name)},
+                             hovertemplate=f"<b>{name}</b><br>%{{x}}: %{{y:,.1f}} GPU-hours<extra></extra>"))
+    if not any(len(t.x) for t in traces):
+        return None
+    return _figure("gpu_hours", traces, "GPU-hours per GPU type (mean over seeds)", 320, _axis("", type="category"),
+                   _axis("GPU-hours", rangemode="tozero"), barmode="group")
 
 
-def oom_spec(results: dict) -> dict:
-    """Out-of-memory failures per run (mean over seeds) per policy, with the 95% CI as an error bar."""
-    rows = []
+def oom_spec(results: dict) -> go.Figure | None:
+    """Out-of-memory failures per run (mean over seeds), one bar per policy in its colour, with the 95% CI as an
+    error bar when there are at least 2 seeds; the axis reaches at least 1 so that zero failures reads as zero."""
+    traces, top = [], 1.0
     for name, res in results.items():
         mean, lo, hi = res.ci("oom_failures")
-        rows.append({"policy": name, "failures": num(mean), "ci_low": num(lo), "ci_high": num(hi)})
-    names = list(results)
-    top = max([1.0, *(r["ci_high"] or r["failures"] or 0.0 for r in rows)])  # an axis up to 1 when none failed
-    x = {"field": "policy", "type": "nominal", "sort": names, "title": None, "axis": {"labelAngle": 0}}
-    tooltip = [{"field": "policy"}, {"field": "failures", "format": ".2f"},
-               {"field": "ci_low", "title": "95% CI low", "format": ".2f"},
-               {"field": "ci_high", "title": "95% CI high", "format": ".2f"}]
-    return chart("Out-of-memory failures per run", 320, [
-        {"data": {"values": rows}, "mark": {"type": "bar"},
-         "encoding": {"x": x, "y": {"field": "failures", "type": "quantitative", "title": "failures",
-                                    "axis": {"format": "~g", "tickMinStep": 1}, "scale": {"domainMin": 0, "domainMax": top}},
-                      "color": policy_colour(names, show_legend=False), "tooltip": tooltip}},
-        {"data": {"values": ci_rows(rows, "ci_low", "ci_high")},
-         "mark": {"type": "rule", "color": "#263238", "strokeWidth": 1.5},
-         "encoding": {"x": x, "y": {"field": "ci_low", "type": "quantitative"}, "y2": {"field": "ci_high"},
-                      "tooltip": tooltip}},
-    ])
+        ci = _has_ci(len(res.results), lo, hi)
+        low, high = (num(lo), num(hi)) if ci else (None, None)
+        top = max(top, high or 0.0, num(mean) or 0.0)
+        ci_text = f"<br>95% CI {low:,.2f} – {high:,.2f}" if ci else ""
+        traces.append(go.Bar(name=name, x=[name], y=[num(mean)], marker={"color": colour(name)},
+                             error_y=_error_bars([num(mean)], [low], [high]), showlegend=False,
+                             hovertemplate=f"<b>{name}</b><br>%{{y:,.2f}} failures per run{ci_text}<extra></extra>"))
+    if not traces:
+        return None
+    return _figure("oom", traces, "Out-of-memory failures per run", 320, _axis("", type="category"),
+                   _axis("failures per run", range=[0, top * 1.1], rangemode="tozero"), barmode="overlay")
 
 
-def frontier_spec(result) -> dict:
-    """Vega-Lite: each candidate's average JCT (h) with its 95% CI against the cluster's cost ($/h); blue circles within
-    the budget, red crosses over it, each named; the frontier (frenzy_core.whatif's on_frontier) as a dashed line by
-    cost; a dotted red rule at today's cost plus the budget."""
-    num = chart_number
-    rows = [{"candidate": c.candidate, "cost": num(c.cost_per_hour), "jct_h": num(c.avg_jct_s / HOUR),
-             "ci_low_h": num(c.ci_low_s / HOUR), "ci_high_h": num(c.ci_high_s / HOUR),
-             "added_cost": num(c.added_cost_per_hour), "GPUs": c.gpus,
-             "budget": "within budget" if c.within_budget else "over budget", "on_frontier": c.on_frontier}
-            for c in result.candidates]
-    rows = [r for r in rows if r["cost"] is not None and r["jct_h"] is not None]
-    front = sorted((r for r in rows if r["on_frontier"]), key=lambda r: r["cost"])
+# --- GPU mix what-if -----------------------------------------------------------------------------------------------
+def frontier_spec(result) -> go.Figure | None:
+    """Each candidate's average JCT (h) against the cluster's cost ($/h), named; blue circles within the budget, red
+    crosses over it, with the 95% CI as an error bar when there are at least 2 seeds; the frontier
+    (frenzy_core.whatif's on_frontier) as a dashed line by cost; a dotted red line at today's cost plus the budget.
+    None when no candidate has a finite cost and JCT."""
+    seeds = len(result.seeds)
+    rows = [c for c in result.candidates if num(c.cost_per_hour) is not None and num(c.avg_jct_s) is not None]
+    if not rows:
+        return None
+    front = sorted((c for c in rows if c.on_frontier), key=lambda c: c.cost_per_hour)
+    traces = [go.Scatter(name="frontier", x=[c.cost_per_hour for c in front], y=[c.avg_jct_s / HOUR for c in front],
+                         mode="lines", line={"color": "#90a4ae", "dash": "dash", "width": 2}, hoverinfo="skip")]
+    for label, within, mark, tint in (("within budget", True, "circle", WITHIN_COLOUR),
+                                      ("over budget", False, "x", OVER_COLOUR)):
+        group = [c for c in rows if bool(c.within_budget) == within]
+        if not group:
+            continue
+        mean = [c.avg_jct_s / HOUR for c in group]
+        ci = [_has_ci(seeds, c.ci_low_s, c.ci_high_s) for c in group]
+        low = [num(c.ci_low_s / HOUR) if ok else None for c, ok in zip(group, ci, strict=True)]
+        high = [num(c.ci_high_s / HOUR) if ok else None for c, ok in zip(group, ci, strict=True)]
+        ci_text = "<br>95% CI %{customdata[2]:,.2f} – %{customdata[3]:,.2f} h" if any(ci) else ""
+        traces.append(go.Scatter(
+            name=label, x=[c.cost_per_hour for c in group], y=mean, mode="markers+text",
+            text=[c.candidate for c in group], textposition="top center", textfont={"color": tint},
+            marker={"color": tint, "symbol": mark, "size": 12}, error_y=_error_bars(mean, low, high),
+            customdata=[[c.gpus, c.added_cost_per_hour, lo, hi] for c, lo, hi in zip(group, low, high, strict=True)],
+            hovertemplate="<b>%{text}</b> (%{customdata[0]:,} GPUs)<br>cost $%{x:,.2f}/h (added "
+                          "$%{customdata[1]:,.2f}/h)<br>average JCT %{y:,.2f} h" + ci_text + "<extra></extra>"))
     budget_x = result.row(TODAY).cost_per_hour + result.budget_per_hour
-    x = {"field": "cost", "type": "quantitative", "title": f"cluster cost ($/h, {result.pricing})",
-         "scale": {"zero": False, "nice": True, "padding": 30}}  # room for the names at the edges
-    y = {"field": "jct_h", "type": "quantitative", "title": "average JCT (h), 95% CI",
-         "scale": {"zero": False, "padding": 20}}
-    tooltip = [{"field": "candidate"}, {"field": "GPUs"}, {"field": "cost", "title": "cost $/h", "format": ",.2f"},
-               {"field": "added_cost", "title": "added $/h", "format": ",.2f"},
-               {"field": "jct_h", "title": "avg JCT h", "format": ".2f"},
-               {"field": "ci_low_h", "title": "95% CI low h", "format": ".2f"},
-               {"field": "ci_high_h", "title": "95% CI high h", "format": ".2f"}, {"field": "budget"},
-               {"field": "on_frontier", "title": "on frontier"}]
-    kinds = {"field": "budget", "type": "nominal", "title": None, "legend": {"orient": "bottom"},
-             "scale": {"domain": ["within budget", "over budget"], "range": ["#1565c0", "#c62828"]}}
-    shapes = {**kinds, "scale": {"domain": ["within budget", "over budget"], "range": ["circle", "cross"]}}
-    label = {"x": x, "y": y, "text": {"field": "candidate"}}
-    return {"height": 420, "layer": [
-        {"data": {"values": [{"cost": budget_x}]}, "mark": {"type": "rule", "strokeDash": [2, 3], "color": "#c62828"},
-         "encoding": {"x": {"field": "cost", "type": "quantitative"}}},
-        {"data": {"values": [{"cost": budget_x}]},
-         "mark": {"type": "text", "text": "budget", "color": "#c62828", "align": "right", "dx": -4, "baseline": "top",
-                  "y": 4},
-         "encoding": {"x": {"field": "cost", "type": "quantitative"}}},
-        {"data": {"values": front}, "mark": {"type": "line", "color": "#90a4ae"},
-         "encoding": {"x": x, "y": y, "order": {"field": "cost"},
-                      "strokeDash": {"datum": "frontier", "type": "nominal", "title": None,
-                                     "scale": {"domain": ["frontier"], "range": [[6, 4]]},
-                                     "legend": {"orient": "bottom", "symbolType": "stroke", "symbolSize": 400,
-                                                "symbolStrokeWidth": 2}}}},
-        # the name above each point, over a white halo that hides grid and frontier lines (the CIs and points
-        # are drawn after it, on top)
-        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12, "stroke": "white",
-                                            "strokeWidth": 4, "strokeOpacity": 0.9}, "encoding": label},
-        {"data": {"values": rows}, "mark": {"type": "text", "dy": -14, "fontSize": 12},
-         "encoding": {**label, "color": kinds}},  # the same legend as the points (Vega-Lite merges them)
-        {"data": {"values": ci_rows(rows, "ci_low_h", "ci_high_h")},
-         "mark": {"type": "rule", "strokeWidth": 1.5},
-         "encoding": {"x": x, "y": {"field": "ci_low_h", "type": "quantitative"}, "y2": {"field": "ci_high_h"},
-                      "color": kinds, "tooltip": tooltip}},
-        {"data": {"values": rows}, "mark": {"type": "point", "filled": True, "size": 140},
-         "encoding": {"x": x, "y": y, "color": kinds, "shape": shapes, "tooltip": tooltip}},
-    ]}
+    shapes = [{"type": "line", "xref": "x", "x0": budget_x, "x1": budget_x, "yref": "paper", "y0": 0, "y1": 1,
+               "line": {"color": OVER_COLOUR, "dash": "dot", "width": 1.5}}]
+    notes = [{"x": budget_x, "xref": "x", "y": 1, "yref": "paper", "xanchor": "right", "yanchor": "top",
+              "showarrow": False, "text": f"budget ${budget_x:,.2f}/h", "font": {"color": OVER_COLOUR}}]
+    return _figure("frontier", traces, None, 440, _axis(f"cluster cost ($/h, {result.pricing})", tickprefix="$"),
+                   _axis("average JCT (h), 95% CI" if seeds >= 2 else "average JCT (h)"),
+                   shapes=shapes, annotations=notes)

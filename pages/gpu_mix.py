@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import MAX_SCENARIO_SEEDS
 from frenzy_core.models import ZOO
 from frenzy_core.policies import REGISTRY
 from frenzy_core.sweep import default_workers
@@ -165,7 +166,7 @@ with right:
         workload_label = "my jobs"
     policy = st.selectbox("Policy", list(REGISTRY), key="wi_policy")  # own row: a third of it clips the names
     c2, c3 = st.columns(2)
-    seeds = c2.number_input("seeds", min_value=1, max_value=50, step=1, key="wi_seeds",
+    seeds = c2.number_input("seeds", min_value=1, max_value=MAX_SCENARIO_SEEDS, step=1, key="wi_seeds",
                             help="5 by default: with 2 seeds a 95% interval is mean ± 12.7 standard errors")
     workers = c3.number_input("worker processes", min_value=1, max_value=64, step=1, key="wi_workers",
                               help="1 runs in this server process; more start a process pool")
@@ -248,7 +249,11 @@ else:
     no_ci = " (one seed: no 95% interval)" if len(result.seeds) < 2 else ""
     st.caption(f"{result.policy} on {result.workload}, {len(result.seeds)} seed(s){no_ci}; budget "
                f"${result.budget_per_hour:,.2f}/h for additions at {result.pricing} prices; {result.wall_s:.1f} s")
-    st.vega_lite_chart({"name": "wi_frontier", **charts.frontier_spec(result)}, key="wi_frontier", width="stretch")
+    fig = charts.frontier_spec(result)
+    if fig is None:
+        st.caption("No candidate has a finite cost and JCT to chart.")
+    else:
+        st.plotly_chart(fig, key="wi_frontier", width="stretch", config=charts.config("gpu_mix_frontier"))
     if result.best_within_budget is None:
         st.warning(result.message, icon=":material/warning:")
     elif result.significant:

@@ -10,6 +10,18 @@ import streamlit as st
 
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
+from frenzy_core.limits import (
+    MAX_BATCH,
+    MAX_DEEPSPEED_ELEMENTS,
+    MAX_EXPERTS,
+    MAX_GPUS_PER_NODE,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    MAX_PARALLEL,
+    MAX_SEQ_LEN,
+    MODEL_LIMITS,
+    slug_name,
+)
 from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, parse_hf_config_text
 from frenzy_core.recipes import DEEPSPEED_ZERO3_HELD_OUT_ERROR
 from frenzy_core.training import (
@@ -59,9 +71,7 @@ MOE_SPLIT = ("ep", "etp")  # shown for a model with experts; hidden they are 1 a
 CUSTOM = "(config.json)"
 # Upper bounds a user can type (the widgets refuse larger values with a message); the largest public models sit
 # well inside them (Llama-3.1-405B: h 16,384, 126 layers, vocabulary 128,256).
-INT_LIMITS = {"vocab_size": 2_000_000, "hidden_size": 131_072, "num_layers": 2_048, "num_heads": 1_024,
-              "num_kv_heads": 1_024, "ffn_size": 1_048_576, "max_positions": 10_485_760, "num_experts": 1_024,
-              "moe_top_k": 64}
+INT_LIMITS = MODEL_LIMITS  # the core's own limits (frenzy_core/limits.py): a widget accepts what the core accepts
 # What each memory term is, in words and symbols (W = parameters, s = sequence, b = micro-batch, h = hidden size,
 # a = heads, V = vocabulary, l = layers on the most loaded stage); docs/memory.md derives and tests each one.
 TERM_HELP = {
@@ -225,11 +235,11 @@ with left:
     if ss.get("seq_note"):
         st.info(ss.pop("seq_note"))
     c1, c2, c3 = st.columns(3)
-    c1.number_input("sequence length", min_value=1, max_value=1_048_576, step=256, key="tr_seq_len",
+    c1.number_input("sequence length", min_value=1, max_value=MAX_SEQ_LEN, step=256, key="tr_seq_len",
                     help="tokens per sample, 1 to 1,048,576")
-    c2.number_input("global batch", min_value=1, max_value=1_048_576, step=1, key="tr_global_batch",
+    c2.number_input("global batch", min_value=1, max_value=MAX_BATCH, step=1, key="tr_global_batch",
                     help="samples per optimizer step over all replicas")
-    c3.number_input("micro-batch", min_value=1, max_value=65_536, step=1, key="tr_micro_batch",
+    c3.number_input("micro-batch", min_value=1, max_value=MAX_BATCH, step=1, key="tr_micro_batch",
                     help="samples per forward/backward; at most the global batch")
     s1, s2 = st.columns(2)  # choices two per row: three clip values such as "bf16-master" below 1,400 px
     s1.selectbox("framework", get_args(Framework), key="tr_framework",
@@ -248,7 +258,7 @@ with left:
                      + {"fsdp2": ", compile", "megatron": ", grouped GEMM", "deepspeed": ", ZeRO buffer sizes",
                         "unknown": ", stack switches"}.get(framework, "")):
         e1, e2 = st.columns(2)
-        e1.number_input("LoRA rank", min_value=0, max_value=65_536, step=8, key="tr_lora_rank",
+        e1.number_input("LoRA rank", min_value=0, max_value=MAX_HIDDEN, step=8, key="tr_lora_rank",
                         help="PEFT LoRA: the base model is frozen and only rank-r adapters train; 0 = full training")
         e2.selectbox("LoRA targets", get_args(LoraTargets), key="tr_lora_targets",
                      help="attention: q/k/v/o projections; all-linear: every linear of the blocks")
@@ -257,10 +267,10 @@ with left:
         e2.selectbox("CPU offload", get_args(Offload), key="tr_offload",
                      help="optimizer: states and gradients on the CPU (ZeRO-Offload); params: the parameters too "
                           "(ZeRO-3 or fsdp2)")
-        e1.number_input("checkpoint every k layers", min_value=1, max_value=4_096, step=1, key="tr_recompute_every",
+        e1.number_input("checkpoint every k layers", min_value=1, max_value=MAX_LAYERS, step=1, key="tr_recompute_every",
                         help="with recomputation full or op-sac: only every k-th layer is checkpointed "
                              "(torchtitan ac_freq)")
-        e2.number_input("loss chunks", min_value=1, max_value=65_536, step=1, key="tr_loss_chunks",
+        e2.number_input("loss chunks", min_value=1, max_value=MAX_SEQ_LEN, step=1, key="tr_loss_chunks",
                         help="cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)")
         e1.checkbox("fp8 linears", key="tr_fp8_linears",
                     help="Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight")
@@ -274,28 +284,28 @@ with left:
         if shown("reduce_bucket_size", framework):
             st.caption("DeepSpeed zero_optimization, in elements; 0 = DeepSpeed's default (5e8, 1e9, 1e9)")
             d1, d2, d3 = st.columns(3)
-            d1.number_input("reduce_bucket_size", min_value=0, max_value=10**12, step=10_000_000,
+            d1.number_input("reduce_bucket_size", min_value=0, max_value=MAX_DEEPSPEED_ELEMENTS, step=10_000_000,
                             key="tr_reduce_bucket_size", help="the contiguous gradient bucket")
-            d2.number_input("stage3_max_live_parameters", min_value=0, max_value=10**12, step=100_000_000,
+            d2.number_input("stage3_max_live_parameters", min_value=0, max_value=MAX_DEEPSPEED_ELEMENTS, step=100_000_000,
                             key="tr_stage3_max_live_parameters",
                             help="ZeRO-3: the prefetch stops at this many gathered elements")
-            d3.number_input("stage3_max_reuse_distance", min_value=0, max_value=10**12, step=100_000_000,
+            d3.number_input("stage3_max_reuse_distance", min_value=0, max_value=MAX_DEEPSPEED_ELEMENTS, step=100_000_000,
                             key="tr_stage3_max_reuse_distance",
                             help="ZeRO-3: a parameter used again within this many elements stays gathered")
     moe = int(ss.get("hp_num_experts") or 0) > 0
     st.markdown("**Split** (data × tensor × pipeline" + (" × context; experts" if moe else " × context") + ")")
     c1, c2, c3 = st.columns(3)
-    c1.number_input("d (data)", min_value=1, max_value=1_048_576, step=1, key="par_dp")
-    c2.number_input("t (tensor)", min_value=1, max_value=1_024, step=1, key="par_tp")
-    c3.number_input("p (pipeline)", min_value=1, max_value=2_048, step=1, key="par_pp")
-    c1.number_input("cp (context)", min_value=1, max_value=1_024, step=1, key="par_cp",
+    c1.number_input("d (data)", min_value=1, max_value=MAX_PARALLEL, step=1, key="par_dp")
+    c2.number_input("t (tensor)", min_value=1, max_value=MAX_GPUS_PER_NODE, step=1, key="par_tp")
+    c3.number_input("p (pipeline)", min_value=1, max_value=MAX_LAYERS, step=1, key="par_pp")
+    c1.number_input("cp (context)", min_value=1, max_value=MAX_PARALLEL, step=1, key="par_cp",
                     help="context parallelism: each of cp GPUs holds seq_len / cp tokens (ring attention)")
-    c2.number_input("vp (interleave)", min_value=1, max_value=128, step=1, key="par_vp",
+    c2.number_input("vp (interleave)", min_value=1, max_value=MAX_LAYERS, step=1, key="par_vp",
                     help="interleaved 1F1B: each pipeline rank holds vp chunks of layers; needs p > 1")
     if moe:
-        c3.number_input("ep (experts)", min_value=1, max_value=16_384, step=1, key="par_ep",
+        c3.number_input("ep (experts)", min_value=1, max_value=MAX_EXPERTS, step=1, key="par_ep",
                         help="expert parallelism: each GPU holds num_experts / ep experts, carved out of d x cp")
-        c1.number_input("etp (expert tensor, 0 = t)", min_value=0, max_value=1_024, step=1, key="par_etp",
+        c1.number_input("etp (expert tensor, 0 = t)", min_value=0, max_value=MAX_GPUS_PER_NODE, step=1, key="par_etp",
                         help="Megatron --expert-tensor-parallel-size; 0 keeps Megatron's default, t")
 
 # --- widgets -> specs; a bad value shows an error and the last good spec stays ----------------------------------------
@@ -303,7 +313,7 @@ base: ModelSpec = ss.base_spec
 edited = {f: ss[f"hp_{f}"] for f in resolved(base)}
 fields = base.model_dump() | edited
 if edited != resolved(base):
-    fields["name"] = f"{base.name} (edited)"
+    fields["name"] = slug_name(f"{base.name}-edited")
 else:
     fields["name"] = base.name
 new_model = new_training = new_par = None
@@ -373,9 +383,15 @@ with right:
     for g in gpus:
         by_capacity.setdefault(common.gib(g.memory_bytes), []).append(g.name)
     names = list(dict.fromkeys([*detailed[0], *paper[0]]))
-    st.vega_lite_chart(charts.memory_chart(result, names, by_capacity, log_scale,
-                                         [m.name, f"{p.label()}, micro-batch {t.micro_batch}, "
-                                                  f"seq {t.seq_len}"], TERM_HELP), key="memory_chart", width="stretch")
+    # st.cache_resource, not cache_data: the figure is only read, and cache_data's pickled copy re-validates it
+    # (~10 ms, more than building it); the key is the plain values below
+    fig = st.cache_resource(max_entries=256, show_spinner=False)(charts.memory_chart)(
+        result, names, by_capacity, log_scale, [m.name, f"{p.label()}, micro-batch {t.micro_batch}, seq {t.seq_len}"],
+        TERM_HELP)
+    if fig is None:
+        st.caption("No memory to chart for this setup.")
+    else:
+        st.plotly_chart(fig, key="memory_chart", width="stretch", config=charts.config("memory"))
     st.table([{"GPU": g.name, "memory GiB": f"{common.gib(g.memory_bytes):.1f}",
                "headroom GiB (detailed)": f"{common.gib(g.memory_bytes) - detailed[1]:.2f}",
                "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗"} for g in gpus])

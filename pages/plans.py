@@ -10,6 +10,7 @@ import streamlit as st
 
 from frenzy_core.errors import SpecError
 from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
+from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_TOKENS, MAX_TOTAL_GPUS, MIN_TOKENS
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
 from pages import charts, common
 
@@ -29,7 +30,8 @@ COLUMNS = {"gpu_type": "GPU type", "dp": "d (data)", "tp": "t (tensor)", "pp": "
 FORMATS_NUM = {"memory (GiB/GPU)": "%.1f", "headroom (GiB)": "%.1f", "step (s)": "%.3f",
                "throughput (tokens/s)": "%,.0f", "time to train (h)": "%,.1f", "GPU-hours": "%,.0f",
                "cost (USD)": "$%,.0f"}
-DEFAULTS = {"plans_objective": "time", "plans_tokens": 1e10, "plans_method": "detailed", "plans_margin": 0.10,
+DEFAULTS = {"plans_objective": "time", "plans_tokens": DEFAULT_TOKENS, "plans_method": "detailed",
+            "plans_margin": DEFAULT_SAFETY_MARGIN,
             "plans_floor": DEFAULT_SCALING_FLOOR, "plans_deadline_h": 0.0, "plans_max_gpus": 0, "plans_budget": 0.0,
             "plans_export_format": "megatron", "plans_export_rank": 1}
 
@@ -38,6 +40,8 @@ def plan_table(frame):
     columns = dict(COLUMNS)
     extra = {k: v for k, v in (("vp", "vp (interleave)"), ("cp", "cp (context)"), ("ep", "ep (experts)"))
              if (frame[k] > 1).any()}
+    extra |= {k: v for k, v in (("first_stage_layers", "first stage (layers)"), ("last_stage_layers", "last stage (layers)"))
+              if (frame[k] > 0).any()}  # uneven pipeline stages (0: a middle stage's share)
     if extra:  # long sequences / MoE models: the context- and expert-parallel sizes next to the split
         columns = dict([*COLUMNS.items()][:4]) | extra | dict([*COLUMNS.items()][4:])
     table = frame.assign(memory_gib=frame["memory_bytes"] / common.GIB_FLOAT,
@@ -73,7 +77,7 @@ st.caption(f"{m.name} · seq {t.seq_len} · global batch {t.global_batch} · {t.
 objective = st.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,
                                  key="plans_objective") or "time"
 c1, c2, c3, c4 = st.columns(4)
-tokens = c1.number_input("token budget", min_value=1e6, max_value=1e16, step=1e9, format="%.2e", key="plans_tokens",
+tokens = c1.number_input("token budget", min_value=MIN_TOKENS, max_value=MAX_TOKENS, step=1e9, format="%.2e", key="plans_tokens",
                          help="tokens to train for, 1e6 to 1e16")
 method = c2.selectbox("memory method", ["detailed", "paper"], key="plans_method")
 margin = c3.slider("safety margin", 0.0, 0.5, step=0.01, key="plans_margin",
@@ -84,7 +88,7 @@ floor = c4.slider("scaling floor", 0.0, 1.0, step=0.05, key="plans_floor",
 c1, c2, c3, _ = st.columns(4)
 deadline_h = c1.number_input("deadline (h, 0 = none)", min_value=0.0, max_value=1e6, step=24.0, key="plans_deadline_h",
                              help="drop plans that take longer than this to train the token budget")
-max_gpus = c2.number_input("max GPUs (0 = none)", min_value=0, max_value=1_000_000, step=8, key="plans_max_gpus")
+max_gpus = c2.number_input("max GPUs (0 = none)", min_value=0, max_value=MAX_TOTAL_GPUS, step=8, key="plans_max_gpus")
 budget = c3.number_input("budget (USD, 0 = none)", min_value=0.0, max_value=1e10, step=1000.0,
                          key="plans_budget", help="drop plans that cost more (GPU-hours x catalog price)")
 
@@ -138,8 +142,12 @@ else:
     fit = grid.loc[grid["feasible"], "headroom_gib"]
     lim = max(1.0, float(fit.max()) if len(fit) else float(grid["headroom_gib"].abs().max()))
     shown_best = best if best is not None and best.cp == cp else None
-    st.vega_lite_chart(charts.headroom_heatmaps(grid, types, p, lim, shown_best), key="plans_heatmaps",
-                       width="content")
+    fig = st.cache_resource(max_entries=64, show_spinner=False)(charts.headroom_heatmaps)(  # read-only figure
+        grid, types, p, lim, shown_best)
+    if fig is None:
+        st.caption(f"No split to chart at p={p}.")
+    else:
+        st.plotly_chart(fig, key="plans_heatmaps", width="content", config=charts.config("headroom"))
     st.caption("Green: fits with that much memory to spare (after the safety margin); red ✗: does not fit; ★: the "
                "best plan. Each cell uses the micro-batch with the fastest step that fits.")
 

@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from frenzy_core.errors import SpecError
+from frenzy_core.limits import MAX_SCENARIO_SEEDS
 from frenzy_core.policies import REGISTRY
 from frenzy_core.simulate import SimOptions, simulate_seeds
 from pages import charts, common
@@ -90,9 +91,20 @@ def ci_text(lo: float, hi: float) -> str:
     return f"{lo / HOUR:.2f} – {hi / HOUR:.2f} h"
 
 
-def draw(container, spec: dict, key: str) -> None:
-    """The chart across its container; the spec is named after its widget key (tests find a chart by that name)."""
-    container.vega_lite_chart({"name": key, **spec}, key=key, width="stretch")
+@st.cache_resource(max_entries=64, show_spinner=False)
+def figure(builder: str, value):
+    """charts.<builder>(value), cached on the value's contents (a trace or the results of a run); the figure is
+    only read, so cache_resource: cache_data's pickled copy would re-validate it."""
+    return getattr(charts, builder)(value)
+
+
+def draw(container, builder, value, key: str) -> None:
+    """The chart across its container, or a caption when it has nothing to draw."""
+    fig = figure(builder.__name__, value)
+    if fig is None:
+        container.caption(f"Nothing to chart for {key.removeprefix('sim_').replace('_', ' ')}.")
+    else:
+        container.plotly_chart(fig, key=key, width="stretch", config=charts.config(key))
 
 
 st.title("Simulation")
@@ -106,7 +118,7 @@ with st.container(border=True):
     c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
     policies = c1.multiselect("Policies", list(REGISTRY), default=[p for p in ("frenzy", "frenzy-eft", "fcfs") if p in REGISTRY],
                               key="sim_policies")
-    seeds = c2.number_input("seeds", min_value=1, max_value=20, value=3, step=1, key="sim_seeds",
+    seeds = c2.number_input("seeds", min_value=1, max_value=MAX_SCENARIO_SEEDS, value=3, step=1, key="sim_seeds",
                             help="independent mappings of the trace; confidence intervals are over seeds")
     run = c3.button("Run simulation", type="primary", key="sim_run", disabled=trace is None or not policies)
     for p in policies:
@@ -140,7 +152,7 @@ if trace is not None and not ss.get("sim_results"):
     a.metric("Jobs", len(jobs))
     b.metric("GPU-hours requested", f"{(jobs.num_gpus * jobs.duration_h).sum():,.0f}")
     c.metric("Span of arrivals", f"{jobs.arrival_h.max():.1f} h")
-    draw(st, charts.arrivals_spec(trace), "sim_arrivals")
+    draw(st, charts.arrivals_spec, trace, "sim_arrivals")
     st.info("Choose policies and seeds, then **Run simulation**.")
 
 results = ss.get("sim_results")
@@ -176,8 +188,8 @@ if results:
             (charts.queue_spec, "sim_queue", charts.util_spec, "sim_util"),
             (charts.gpu_hours_spec, "sim_gpu_hours", charts.oom_spec, "sim_oom")):
         left, right = st.columns(2)
-        draw(left, left_spec(results), left_key)
-        draw(right, right_spec(results), right_key)
+        draw(left, left_spec, results, left_key)
+        draw(right, right_spec, results, right_key)
 
     jobs = pd.concat([res.jobs_frame().assign(policy=name) for name, res in results.items()], ignore_index=True)
     st.download_button("Download per-job results (CSV)", jobs.to_csv(index=False), file_name="simulation_jobs.csv",

@@ -7,8 +7,10 @@ same handler; these tests drive that.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +33,13 @@ def no_failure(at: AppTest) -> None:
     assert not [e.value for e in at.error if CRASH in e.value]
 
 
+def shown(markdown: str) -> str:
+    """A message as the user reads it: the app escapes user text before markdown (pages.common.md_escape)."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
 def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    return [shown(e.value) for e in at.error]
 
 
 def metric(at: AppTest, label: str) -> str:
@@ -80,7 +87,7 @@ def test_bad_frenzy_cluster_env_warns_and_falls_back(monkeypatch, tmp_path):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     no_failure(at)
     assert at.session_state.cluster.name == "modern-mixed"
-    assert any("FRENZY_CLUSTER" in w.value for w in at.warning)
+    assert any("FRENZY_CLUSTER" in shown(w.value) for w in at.warning)
 
 
 # --- Model & memory ---------------------------------------------------------------------------------------------
@@ -91,7 +98,7 @@ def test_changing_a_model_value_changes_the_memory_figure(app):
     no_failure(app)
     assert metric(app, "Peak per GPU") != before
     assert app.session_state.model.num_layers == 16
-    assert app.session_state.model.name.endswith("(edited)")
+    assert app.session_state.model.name.endswith("-edited")
 
 
 def test_picking_a_zoo_model_resets_the_hyperparameters(app):
@@ -223,22 +230,42 @@ def test_small_simulation_runs_and_its_table_appears(sim):
     assert any(b.label.startswith("Download per-job") for b in app.get("download_button"))
 
 
-# --- the Vega-Lite charts carry the core's numbers (issue 11: no Plotly) -----------------------------------------
+# --- the Plotly charts carry the core's numbers (issue 23: Plotly, for zoom and pan) ------------------------------
 HOUR = 3600.0
+POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-eft": "#6a1b9a", "fcfs": "#ef6c00"}  # pages/charts.py, fixed
 
 
 def charts(at: AppTest) -> dict[str, dict]:
-    """Each Vega-Lite chart on the page by its spec's name (the pages name a spec after its widget key, which the
-    element does not carry): the spec as sent to the browser (NaN or Infinity in it fails, as JSON.parse would)."""
+    """Each Plotly chart on the page by the name pages/charts.py gives it in layout.meta: the figure as sent to the
+    browser (NaN or Infinity in it fails, as JSON.parse would; numpy arrays come base64-encoded and are decoded)."""
     def no_nan(token: str):
-        raise AssertionError(f"{token} in a chart spec")
+        raise AssertionError(f"{token} in a chart's figure")
 
-    specs = [json.loads(c.proto.spec, parse_constant=no_nan) for c in at.get("vega_lite_chart")]
-    return {s["name"]: s for s in specs}
+    figs = [json.loads(c.proto.spec, parse_constant=no_nan) for c in at.get("plotly_chart")]
+    assert all(json.loads(c.proto.config)["displaylogo"] is False for c in at.get("plotly_chart"))
+    return {f["layout"]["meta"]["chart"]: f for f in figs}
 
 
-def rows(spec: dict, layer: int = 0) -> list[dict]:
-    return spec["layer"][layer]["data"]["values"]
+def values(v) -> list:
+    """A trace's array as a list: Plotly sends numpy arrays as {"dtype", "bdata"} (base64 of the raw bytes)."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        assert np.isfinite(a).all(), "NaN or infinity in a chart's array"
+        return a.reshape(v["shape"]).tolist() if "shape" in v else a.tolist()
+    return list(v)
+
+
+def trace(fig: dict, name: str) -> dict:
+    return next(t for t in fig["data"] if t.get("name") == name)
+
+
+def error_bar(t: dict) -> tuple[list, list] | None:
+    """(low, high) bounds of a trace's error bars, from Plotly's distances below and above the point."""
+    if "error_y" not in t:
+        return None
+    y = values(t["y"])
+    return ([m - d for m, d in zip(y, values(t["error_y"]["arrayminus"]), strict=True)],
+            [m + d for m, d in zip(y, values(t["error_y"]["array"]), strict=True)])
 
 
 def t_interval(values) -> tuple[float, float, float]:
@@ -264,86 +291,98 @@ def sim(app) -> AppTest:
     return app
 
 
+def test_every_chart_page_draws_plotly_figures_and_no_vega_lite(app):
+    want = {"pages/model_memory.py": {"memory"}, "pages/plans.py": {"headroom"},
+            "pages/cluster_packing.py": {"node_grid", "capacity"}, "pages/simulation.py": {"arrivals"}}
+    for page, names in want.items():
+        open_page(app, page)
+        assert set(charts(app)) == names, page
+        assert not app.get("vega_lite_chart"), page
+
+
 def test_arrivals_histogram_holds_every_trace_arrival_in_hours(app):
     open_page(app, "pages/simulation.py")
-    spec = charts(app)["sim_arrivals"]
+    hist = charts(app)["arrivals"]["data"][0]
     arrivals = sorted(j.arrival_s / HOUR for j in app.session_state.sim_trace.jobs)
-    assert sorted(r["arrival_h"] for r in rows(spec)) == pytest.approx(arrivals) and len(arrivals) == 200
-    enc = spec["layer"][0]["encoding"]
-    assert enc["x"]["bin"] == {"maxbins": 40} and enc["y"]["aggregate"] == "count"
+    assert sorted(values(hist["x"])) == pytest.approx(arrivals) and len(arrivals) == 200
+    assert hist["type"] == "histogram" and hist["nbinsx"] == 40 and " h" in hist["hovertemplate"]
 
 
 def test_cdf_points_are_the_sorted_jcts_of_all_seeds(sim):
-    spec = charts(sim)["sim_cdf"]
-    assert spec["layer"][0]["encoding"]["x"]["scale"] == {"type": "log"}
+    fig = charts(sim)["cdf"]
+    assert fig["layout"]["xaxis"]["type"] == "log"
     for name, res in sim.session_state.sim_results.items():
         jct_h = np.sort(np.concatenate([finite_jct_s(r) for r in res.results])) / HOUR
-        pts = [r for r in rows(spec) if r["policy"] == name]
-        assert [p["hours"] for p in pts] == pytest.approx(list(jct_h))
-        assert [p["fraction"] for p in pts] == pytest.approx([(i + 1) / jct_h.size for i in range(jct_h.size)])
-    colour = spec["layer"][0]["encoding"]["color"]["scale"]
-    assert colour["domain"] == ["frenzy", "frenzy-eft", "fcfs"] and colour["range"] == ["#1565c0", "#6a1b9a",
-                                                                                          "#ef6c00"]
+        line = trace(fig, name)
+        assert values(line["x"]) == pytest.approx(list(jct_h))
+        assert values(line["y"]) == pytest.approx([(i + 1) / jct_h.size for i in range(jct_h.size)])
+        assert line["line"]["color"] == POLICY_COLOURS[name] and line["line"]["shape"] == "hv"
+    assert [t["name"] for t in fig["data"]] == ["frenzy", "frenzy-eft", "fcfs"]
 
 
 def test_jct_bars_are_the_seed_means_with_their_t_intervals(sim):
-    spec = charts(sim)["sim_jct_bars"]
-    bars, errors_ = rows(spec, 0), rows(spec, 1)
+    fig = charts(sim)["jct_bars"]
     for name, res in sim.session_state.sim_results.items():
+        bars = trace(fig, name)
+        assert bars["x"] == ["average", "p99"] and bars["marker"]["color"] == POLICY_COLOURS[name]
+        low, high = error_bar(bars)
         per_seed = {"average": [finite_jct_s(r).mean() for r in res.results],
                     "p99": [np.percentile(finite_jct_s(r), 99) for r in res.results]}
-        for label, values in per_seed.items():
-            mean, lo, hi = (v / HOUR for v in t_interval(values))
-            bar = next(b for b in bars if b["policy"] == name and b["JCT"] == label)
-            assert (bar["hours"], bar["ci_low_h"], bar["ci_high_h"]) == pytest.approx((mean, lo, hi))
-            err = next(e for e in errors_ if e["policy"] == name and e["JCT"] == label)
-            assert (err["ci_low_h"], err["ci_high_h"]) == pytest.approx((lo, hi))
-    assert len(bars) == 6
+        for i, seeds in enumerate(per_seed.values()):
+            mean, lo, hi = (v / HOUR for v in t_interval(seeds))
+            assert (values(bars["y"])[i], low[i], high[i]) == pytest.approx((mean, lo, hi))
+        assert " h" in bars["hovertemplate"] and "95% CI" in bars["hovertemplate"]
+    assert sum(len(t["x"]) for t in fig["data"]) == 6
 
 
 def test_queue_lines_count_jobs_arrived_and_not_started_on_seed_0(sim):
-    pts = rows(charts(sim)["sim_queue"])
+    fig = charts(sim)["queue"]
     for name, res in sim.session_state.sim_results.items():
         r = res.results[0]
         arrival, start = np.asarray(r.jobs["arrival_s"], float), np.asarray(r.jobs["start_s"], float)
-        mine = [p for p in pts if p["policy"] == name]
-        assert mine and mine[0]["hours"] == pytest.approx(arrival.min() / HOUR)
-        for p in mine:  # the level after every event at that instant: arrived so far minus started so far
-            t = p["hours"] * HOUR
-            assert p["jobs"] == int((arrival <= t + 1e-6).sum() - (start <= t + 1e-6).sum())
+        line = trace(fig, name)
+        hours, jobs = values(line["x"]), values(line["y"])
+        assert hours and hours[0] == pytest.approx(arrival.min() / HOUR)
+        for h, n in zip(hours, jobs, strict=True):  # the level after every event at that instant
+            t = h * HOUR
+            assert n == int((arrival <= t + 1e-6).sum() - (start <= t + 1e-6).sum())
 
 
 def test_utilisation_lines_are_busy_gpus_over_the_cluster_on_seed_0(sim):
-    pts = rows(charts(sim)["sim_util"])
+    fig = charts(sim)["utilisation"]
     total = sim.session_state.cluster.total_gpus
     for name, res in sim.session_state.sim_results.items():
         r = res.results[0]
-        mine = [p for p in pts if p["policy"] == name]
-        assert [p["hours"] for p in mine] == pytest.approx(list(np.asarray(r.util_times_s) / HOUR))
-        assert [p["busy_pct"] for p in mine] == pytest.approx(list(100 * r.util_busy.sum(axis=1) / total))
-        assert all(0 <= p["busy_pct"] <= 100 for p in mine)
+        line = trace(fig, name)
+        assert values(line["x"]) == pytest.approx(list(np.asarray(r.util_times_s) / HOUR))
+        busy = values(line["y"])
+        assert busy == pytest.approx(list(100 * r.util_busy.sum(axis=1) / total))
+        assert all(0 <= b <= 100 for b in busy)
 
 
 def test_gpu_hours_bars_add_up_to_the_gpu_hours_the_jobs_used(sim):
-    bars = rows(charts(sim)["sim_gpu_hours"])
+    fig = charts(sim)["gpu_hours"]
     types = {n.gpu_type for n in sim.session_state.cluster.nodes}
     for name, res in sim.session_state.sim_results.items():
-        mine = {b["gpu_type"]: b["gpu_hours"] for b in bars if b["policy"] == name}
+        bars = trace(fig, name)
+        mine = dict(zip(bars["x"], values(bars["y"]), strict=True))
         assert sorted(mine) == sorted(types)
         by_jobs = np.mean([np.nansum(r.jobs["gpu_hours"]) for r in res.results])  # per-job accounting
         assert sum(mine.values()) == pytest.approx(by_jobs, rel=1e-6)
+        assert "GPU-hours" in bars["hovertemplate"]
 
 
 def test_oom_bars_are_the_mean_failures_per_run(sim):
-    spec = charts(sim)["sim_oom"]
+    fig = charts(sim)["oom"]
     for name, res in sim.session_state.sim_results.items():
-        bar = next(b for b in rows(spec) if b["policy"] == name)
+        bar = trace(fig, name)
         per_seed = [r.oom_failures for r in res.results]
-        assert bar["failures"] == pytest.approx(np.mean(per_seed))
+        assert values(bar["y"]) == [pytest.approx(np.mean(per_seed))]
+        (low,), (high,) = error_bar(bar)
         if np.std(per_seed) == 0:
-            assert bar["ci_low"] == bar["ci_high"] == pytest.approx(per_seed[0])
+            assert low == high == pytest.approx(per_seed[0])
         else:
-            assert (bar["ci_low"], bar["ci_high"]) == pytest.approx(t_interval(per_seed)[1:])
+            assert (low, high) == pytest.approx(t_interval(per_seed)[1:])
 
 
 def test_one_seed_draws_no_error_bars_and_no_nan(app):
@@ -352,9 +391,10 @@ def test_one_seed_draws_no_error_bars_and_no_nan(app):
     app.number_input(key="sim_seeds").set_value(1)
     app.button(key="sim_run").click().run()
     no_failure(app)
-    specs = charts(app)  # parsing refuses NaN
-    assert rows(specs["sim_jct_bars"], 1) == [] and rows(specs["sim_oom"], 1) == []
-    assert all(b["ci_low_h"] is None for b in rows(specs["sim_jct_bars"]))
+    figs = charts(app)  # parsing refuses NaN
+    assert {"cdf", "jct_bars", "queue", "utilisation", "gpu_hours", "oom"} <= set(figs)
+    assert not [t for name in ("jct_bars", "oom") for t in figs[name]["data"] if error_bar(t)]
+    assert all("95% CI" not in t["hovertemplate"] for t in figs["jct_bars"]["data"])
 
 
 def test_trace_with_broken_rows_warns_and_still_loads(app):
@@ -367,7 +407,7 @@ def test_trace_with_broken_rows_warns_and_still_loads(app):
         "2017-10-09 00:02:56,oops,1,66.0,a\n"
         "2017-10-09 00:03:56,120.0,2,240.0,a\n").run()
     no_failure(app)
-    assert any("row 2" in w.value for w in app.warning), [w.value for w in app.warning]
+    assert any("row 2" in shown(w.value) for w in app.warning), [w.value for w in app.warning]
     assert len(app.session_state.sim_trace.jobs) == 2
 
 
@@ -391,36 +431,50 @@ def run_whatif_page(app: AppTest, seeds: int) -> AppTest:
     return app
 
 
+def frontier_points(fig: dict) -> list[dict]:
+    """The candidates' points from the two marker traces (within / over budget), in the result's order."""
+    out = []
+    for t in fig["data"]:
+        if t["name"] in ("within budget", "over budget"):
+            bounds = error_bar(t)
+            for i, (name, cost, jct) in enumerate(zip(t["text"], values(t["x"]), values(t["y"]), strict=True)):
+                out.append({"candidate": name, "cost": cost, "jct_h": jct, "budget": t["name"],
+                            "ci": None if bounds is None else (bounds[0][i], bounds[1][i])})
+    return out
+
+
 def test_whatif_simulates_every_candidate_and_marks_the_frontier(app):
     run_whatif_page(app, seeds=1)
     table = app.session_state.wi_results
     assert list(table["candidate"]) == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
     assert table["on frontier"].any()
-    layers = charts(app)["wi_frontier"]["layer"]  # one seed: parsing refuses NaN, and no CI is drawn
-    assert [layer["data"]["values"] for layer in layers if layer["mark"]["type"] == "rule"][1] == []
+    points = frontier_points(charts(app)["frontier"])  # one seed: parsing refuses NaN, and no CI is drawn
+    assert sorted(p["candidate"] for p in points) == sorted(table["candidate"])
+    assert all(p["ci"] is None for p in points)
 
 
 def test_frontier_chart_holds_each_candidate_its_ci_the_frontier_and_the_budget(app):
     run_whatif_page(app, seeds=2)
     result = app.session_state.wi_whatif
-    spec = charts(app)["wi_frontier"]
-    layers = {(layer["mark"]["type"], i): layer for i, layer in enumerate(spec["layer"])}
-    points = next(v for (k, _), v in layers.items() if k == "point")["data"]["values"]
-    assert [p["candidate"] for p in points] == ["today", "+16 H100", "+32 L40S", "+24 A100-80GB"]
-    for c, p in zip(result.candidates, points, strict=True):
+    fig = charts(app)["frontier"]
+    points = {p["candidate"]: p for p in frontier_points(fig)}
+    assert sorted(points) == sorted(["today", "+16 H100", "+32 L40S", "+24 A100-80GB"])
+    for c in result.candidates:
+        p = points[c.candidate]
         mean, lo, hi = (v / HOUR for v in t_interval(c.samples_s))
-        assert (p["cost"], p["jct_h"], p["ci_low_h"], p["ci_high_h"]) == pytest.approx(
-            (c.cost_per_hour, mean, lo, hi))
+        assert (p["cost"], p["jct_h"], *p["ci"]) == pytest.approx((c.cost_per_hour, mean, lo, hi))
         assert p["budget"] == ("within budget" if c.added_cost_per_hour <= result.budget_per_hour + 1e-9
                                else "over budget")
-    line = next(v for (k, _), v in layers.items() if k == "line")["data"]["values"]
+    line = trace(fig, "frontier")
     # the frontier: no other candidate is as cheap and faster (worked out here from the points)
-    pareto = sorted((p for p in points if not any(q["cost"] <= p["cost"] and q["jct_h"] < p["jct_h"]
-                                                  for q in points if q is not p)), key=lambda p: p["cost"])
-    assert [p["candidate"] for p in line] == [p["candidate"] for p in pareto]
-    rule = next(v for (k, _), v in layers.items() if k == "rule" and "strokeDash" in v["mark"])
-    assert rule["data"]["values"] == [{"cost": pytest.approx(result.row("today").cost_per_hour
-                                                             + result.budget_per_hour)}]
+    pareto = sorted((p for p in points.values() if not any(q["cost"] <= p["cost"] and q["jct_h"] < p["jct_h"]
+                                                           for q in points.values() if q is not p)),
+                    key=lambda p: p["cost"])
+    assert values(line["x"]) == pytest.approx([p["cost"] for p in pareto])
+    assert values(line["y"]) == pytest.approx([p["jct_h"] for p in pareto])
+    (rule,) = fig["layout"]["shapes"]
+    assert rule["x0"] == rule["x1"] == pytest.approx(result.row("today").cost_per_hour + result.budget_per_hour)
+    assert "$" in trace(fig, "within budget")["hovertemplate"]
 
 
 def test_picking_a_learned_position_model_pulls_the_sequence_down_to_its_table(app):
@@ -575,7 +629,7 @@ def test_the_framework_picks_the_memory_recipe_and_unknown_shows_the_band(app):
     app.selectbox(key="tr_framework").set_value("unknown").run()
     no_failure(app)
     low, high = predict_memory_band(app.session_state.model, app.session_state.training, app.session_state.par)
-    warning = " ".join(w.value for w in app.warning)
+    warning = " ".join(shown(w.value) for w in app.warning)
     assert f"{low.total_bytes / GIB:.2f}-{high.total_bytes / GIB:.2f} GiB" in warning
 
 

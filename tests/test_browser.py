@@ -17,10 +17,14 @@ from browser_support import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
 SHOTS = REPO / "artifacts" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
+RERUN_START_MS = 1_000  # an action's rerun starts within this (a frame or two; a loaded machine takes longer)
 EXCEPTION = '[data-testid="stException"]'
 CRASH = "Something went wrong"  # app.py turns any page exception into an st.error starting with this
 CRASH_ALERT = f'[data-testid="stAlert"]:has-text("{CRASH}")'
-VEGA = '[data-testid="stVegaLiteChart"]'
+PLOTLY = '[data-testid="stPlotlyChart"]'
+BAR = ".barlayer .point path"  # one bar of a Plotly bar trace
+POINT = ".scatterlayer .points path"  # one marker of a Plotly scatter trace
 
 pytestmark = [pytest.mark.browser]
 if not CHROMIUM.exists():
@@ -31,9 +35,12 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="real-browser tests
 
 
 def wait_idle(page, timeout_ms: int = 30_000) -> None:
-    """Until the script has run and stopped: the state leaves `initial`/`running` and settles on `notRunning`."""
-    page.wait_for_selector(IDLE, timeout=timeout_ms)
-    page.wait_for_timeout(150)  # a rerun triggered by the last message starts within a frame or two
+    """Until the script has run and stopped: the rerun an action triggers has started (or none comes within
+    RERUN_START_MS) and the state settles on `notRunning`. Conditions only, no fixed wait."""
+    try:
+        page.wait_for_selector(RUNNING, timeout=RERUN_START_MS)
+    except sync_api.TimeoutError:
+        pass  # the rerun was over before we looked, or the action triggered none
     page.wait_for_selector(IDLE, timeout=timeout_ms)
 
 
@@ -57,7 +64,6 @@ def set_number(page, key: str, value: int) -> None:
     box = page.locator(f".st-key-{key} input")
     box.fill(str(value))
     box.press("Enter")
-    page.wait_for_timeout(100)
     wait_idle(page)
 
 
@@ -73,17 +79,31 @@ def browser_page():
 
 
 def charts_drawn(page, at_least: int, timeout_s: float = 20) -> None:
-    """At least `at_least` Vega-Lite charts on the page, and every one of them drawn: vega-embed has put its canvas
-    or svg (class "marks") inside (a spec that fails to compile leaves the element empty or shows an error instead)."""
-    charts = page.locator(VEGA)
+    """At least `at_least` Plotly charts on the page, and every one of them drawn: Plotly has put its svg (class
+    "main-svg") inside (a figure Plotly cannot draw leaves the element empty or shows an error instead)."""
+    charts = page.locator(PLOTLY)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:  # vega-embed draws after the script has finished
+    while time.monotonic() < deadline:  # Plotly draws after the script has finished (its chunk loads lazily)
         n = charts.count()
-        drawn = sum(charts.nth(i).locator("canvas.marks, svg.marks").count() > 0 for i in range(n))
+        drawn = sum(charts.nth(i).locator(".main-svg").count() > 0 for i in range(n))
         if n >= at_least and drawn == n:
             return
         page.wait_for_timeout(200)
-    raise AssertionError(f"{drawn} of {n} Vega-Lite charts drawn, expected at least {at_least}")
+    raise AssertionError(f"{drawn} of {n} Plotly charts drawn, expected at least {at_least}")
+
+
+def hover_text(page, key: str, mark: str = BAR, timeout_ms: int = 10_000) -> str:
+    """Hover the first bar (or point) of the Plotly chart with widget key `key`; the text of Plotly's hover label
+    (in its `.hoverlayer`). The mouse goes to the mark's centre (force: Plotly's drag layer lies on top of it and is
+    what takes the hover)."""
+    chart = page.locator(f".st-key-{key} {PLOTLY}")
+    target = chart.locator(mark).first
+    target.scroll_into_view_if_needed()
+    box = target.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    label = chart.locator(".hoverlayer .hovertext")
+    label.first.wait_for(state="attached", timeout=timeout_ms)
+    return label.first.text_content()
 
 
 def scroll_to(page, selector: str) -> None:
@@ -127,13 +147,15 @@ def test_model_page_updates_the_memory_figure(browser_page):
         page.wait_for_timeout(100)
     assert metric.inner_text() != before
     no_exception(page, "model page after edit")
+    charts_drawn(page, 1)  # the memory breakdown
+    assert "GiB" in hover_text(page, "memory_chart")
     shot(page, "model_memory")
 
 
 def test_plans_page_switches_objective(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/plans", "Plans")
-    assert page.locator('[data-testid="stVegaLiteChart"]').count() >= 1
+    charts_drawn(page, 1)  # the headroom heatmaps
     alert = page.locator('[data-testid="stAlert"]').first
     before = alert.inner_text()
     page.locator('.st-key-plans_objective button:has-text("cost")').click()
@@ -156,6 +178,9 @@ def test_cluster_page_places_a_job(browser_page):
     page.wait_for_selector('[data-testid="stAlert"]:has-text("placed")', timeout=30_000)
     scroll_to(page, 'h3:has-text("Packing with HAS")')
     no_exception(page, "cluster page after submit")
+    charts_drawn(page, 2)  # the node grid and GPUs per type
+    assert "GPUs" in hover_text(page, "pack_capacity")
+    scroll_to(page, 'h3:has-text("Packing with HAS")')
     shot(page, "cluster_packing")
 
 
@@ -169,8 +194,13 @@ def test_simulation_page_runs_a_small_simulation(browser_page):
     wait_idle(page, 60_000)
     no_exception(page, "simulation after run")
     charts_drawn(page, 6)  # CDF, JCT bars, queue, utilisation, GPU-hours, OOM failures
+    assert " h" in hover_text(page, "sim_jct_bars")
+    assert "GPU-hours" in hover_text(page, "sim_gpu_hours")
     scroll_to(page, 'h3:has-text("Results")')
     shot(page, "simulation")
+    page.locator(".st-key-sim_gpu_hours").evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(300)
+    shot(page, "simulation_gpu_hours")
 
 
 def test_gpu_mix_page_plots_the_frontier(browser_page):
@@ -183,6 +213,8 @@ def test_gpu_mix_page_plots_the_frontier(browser_page):
     wait_idle(page, 60_000)
     no_exception(page, "gpu mix after run")
     charts_drawn(page, 1)  # the frontier
+    label = hover_text(page, "wi_frontier", POINT)
+    assert "$" in label and " h" in label, label
     scroll_to(page, 'h3:has-text("Average JCT against cost")')
     shot(page, "gpu_mix")
 
@@ -218,13 +250,14 @@ def wait_text(page, selector: str, text: str, timeout_s: float = 30) -> None:
 def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/?s={_code('ml-engineer')}", "Frenzy Planner")
-    wait_text(page, '[data-testid="stSidebar"]', "Llama-3.1-8B, 20B tokens in 3 days")
+    wait_text(page, '[data-testid="stSidebar"]', "llama-3.1-8b-20b-tokens-in-3-days")
     nav(page, "Plans")
     assert value_of(page, "plans_max_gpus") == "32" and float(value_of(page, "plans_deadline_h")) == 72
     wait_text(page, '[data-testid="stAlert"]', "wins on the shortest time")
     code = page.locator('[data-testid="stCode"]').first.inner_text()
     assert "--tensor-model-parallel-size" in code and "--global-batch-size 256" in code
     scroll_to(page, 'h3:has-text("Memory headroom")')
+    charts_drawn(page, 1)
     shot(page, "plans_heatmap")
     page.locator('.st-key-plans_export_format button:has-text("SLURM")').click()
     wait_idle(page)
@@ -318,5 +351,6 @@ def test_a_1000_node_cluster_draws_node_groups(browser_page):
         wait_idle(page)
     wait_text(page, '[data-testid="stCaptionContainer"]', "groups of identical nodes")
     no_exception(page, "1000-node cluster")
+    charts_drawn(page, 2)  # the node groups and GPUs per type
     scroll_to(page, 'h3:has-text("Packing with HAS")')
     shot(page, "cluster_groups")
