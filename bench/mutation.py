@@ -1,19 +1,29 @@
 """Mutation score of the core: can the tests tell when the code is wrong?
 
 Each mutant flips one operator or constant in one function of a core module (a comparison `<` <-> `<=`, `+` <-> `-`,
-`*` <-> `/`, `min` <-> `max`, `and` <-> `or`, an integer constant n -> n + 1, a float x -> 1.5 x) and runs the tests
-that cover that module on a copy of the repository. A mutant is *killed* when a test fails (or the run exceeds its
-time limit), *survives* otherwise. Mutants are drawn deterministically (a fixed seed over every mutable site of each
-module), so two runs on the same code report the same mutants; survivors are listed with file, line and change so
-each one can be read (some are equivalent mutants: a change no output can reveal).
+`*` <-> `/`, `min` <-> `max`, `and` <-> `or`, an integer constant n -> n + 1, a float x -> 1.5 x) and runs, on a copy
+of the repository, every test file that imports the module (an `import`/`from` of `frenzy_core.<module>` or
+`from frenzy_core import <module>`, or the dotted name `frenzy_core.<module>` anywhere in a `tests/test_*.py`) plus
+the module's own doctests (`--doctest-modules frenzy_core/<module>.py`). `--indirect` adds the test files that import
+a core module which imports it (metrics.py, say, is also run by test_simulate.py through simulate.py).
+
+A mutant is *killed* when a test fails (pytest exit 1, or 2 when a test file no longer imports), *survives* when
+they all pass, *times out* when the run exceeds `--timeout-s` (reported apart, never counted as killed) and is an
+*error* on any other pytest exit (3 internal error, 4 usage, 5 nothing collected). The score is
+killed / (killed + survived); the conservative score is killed / every mutant drawn, so a timeout or error lowers it.
+Mutants are drawn deterministically (a fixed seed over every mutable site of each module, less the reviewed
+equivalent mutants in EQUIVALENT), so two runs on the same code report the same mutants; survivors and timeouts are
+listed with file:line:column, the function and the source before and after, so each one can be read.
 
     python bench/mutation.py                 # 12 mutants per module, the default
     python bench/mutation.py --per-module 30 --modules memory plans
-    python bench/mutation.py --seed 0 1        # two draws; a mutant both draw runs once
+    python bench/mutation.py --seed 0 1        # two draws; a mutant both draws hold runs once
+    python bench/mutation.py --modules metrics --per-module 6 --indirect
 
 Tests that already fail on the unmutated code are named and deselected, so they cannot count as kills.
 
-Last line: JSON with the score per module and overall.
+Last line: one JSON object, the headline figures: per module and overall the mutants, killed, survived, timeout,
+error, score_pct and conservative_score_pct (and per seed when several are given).
 """
 
 from __future__ import annotations
@@ -23,7 +33,9 @@ import ast
 import json
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,18 +44,71 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-# module -> the tests that are meant to catch its regressions
-TARGETS: dict[str, tuple[str, ...]] = {
-    "memory": ("tests/test_memory.py", "tests/test_recipes.py", "tests/test_training.py"),
-    "plans": ("tests/test_plans.py", "tests/test_properties.py"),
-    "packing": ("tests/test_packing.py", "tests/test_properties.py"),
-    "simulate": ("tests/test_simulate.py", "tests/test_policies.py", "tests/test_properties.py"),
-    "metrics": ("tests/test_metrics.py", "tests/test_simulate.py"),
-}
+CORE = REPO / "frenzy_core"
+DEFAULT_MODULES = ("memory", "plans", "packing", "simulate", "metrics")
+# what the copy leaves out: the environment, history, caches and earlier copies
+COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mutation-*",
+                                     "*.egg-info", "node_modules")
+# pytest exit codes (docs.pytest.org, "Exit codes"): 1 tests failed, 2 interrupted (a collection error here: the
+# mutant breaks an import), 3 internal error, 4 usage error, 5 no tests collected
+KILLED_EXIT_CODES = (1, 2)
 SWAPS_CMP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
              ast.NotEq: ast.Eq}
 SWAPS_BIN = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+
+
+def core_modules() -> list[str]:
+    """Every core module by dotted name under frenzy_core (`memory`, `policies.fcfs`), package inits left out."""
+    return sorted(".".join(p.relative_to(CORE).with_suffix("").parts) for p in CORE.rglob("*.py")
+                  if p.name != "__init__.py" and "__pycache__" not in p.parts)
+
+
+def module_path(mod: str) -> str:
+    """`policies.fcfs` -> `frenzy_core/policies/fcfs.py` (relative to the repository)."""
+    return "frenzy_core/" + mod.replace(".", "/") + ".py"
+
+
+def _imported_core_modules(source: str, importer: str = "") -> set[str]:
+    """The core modules (dotted, under frenzy_core) a source file imports; `importer` (dotted) resolves relative
+    imports. `from frenzy_core import memory` and `from frenzy_core.memory import x` both name `memory`; a dotted
+    `frenzy_core.memory` anywhere in the text (a monkeypatch target, a `python -c` string) counts too."""
+    found = {m.group(1) for m in re.finditer(r"\bfrenzy_core\.([A-Za-z_][\w.]*\w)", source)}
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = ast.Module(body=[], type_ignores=[])
+    package = importer.rsplit(".", 1)[0].split(".") if "." in importer else []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name.removeprefix("frenzy_core.") for a in node.names if a.name.startswith("frenzy_core."))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative, inside the core
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                dotted = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            elif node.module and (node.module == "frenzy_core" or node.module.startswith("frenzy_core.")):
+                dotted = node.module.removeprefix("frenzy_core").removeprefix(".")
+            else:
+                continue
+            if dotted:
+                found.add(dotted)
+            found.update(f"{dotted}.{a.name}".lstrip(".") for a in node.names)
+    # a name like `memory.GIB` or `policies.base.X` is kept as every dotted prefix, so a module is matched exactly
+    return {".".join(n.split(".")[:k]) for n in found for k in range(1, n.count(".") + 2)}
+
+
+def test_files_for(mod: str, indirect: bool = False) -> list[str]:
+    """The tests/test_*.py files that import `mod` (see _imported_core_modules); with `indirect`, also those that
+    import a core module which imports it, at any depth."""
+    targets = {mod}
+    if indirect:
+        imports = {m: _imported_core_modules((REPO / module_path(m)).read_text(), m) for m in core_modules()}
+        grew = True
+        while grew:
+            new = {m for m, names in imports.items() if names & targets} - targets
+            targets |= new
+            grew = bool(new)
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_*.py")
+                  if _imported_core_modules(p.read_text()) & targets)
 
 
 @dataclass(frozen=True)
@@ -52,6 +117,19 @@ class Mutant:
     site: int  # index of the mutable node in ast.walk order
     line: int
     change: str
+    func: str = ""  # the innermost enclosing function
+    col: int = 0  # 1-based column of the mutated node (two sites on one line read apart)
+    before: str = ""  # the mutated node as source, before and after
+    after: str = ""
+
+    def where(self) -> str:
+        return (f"{module_path(self.module)}:{self.line}:{self.col} in {self.func}(): {self.change}: "
+                f"`{_short(self.before)}` -> `{_short(self.after)}`")
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # Equivalent mutants, each read and argued: no input can make the mutated code's output differ, so no test can kill
@@ -194,11 +272,19 @@ def _sites(tree: ast.AST, module: str = "") -> list[tuple[int, ast.AST, str]]:
     return [site for site, key in zip(out, keys, strict=True) if key not in EQUIVALENT]
 
 
-def _mutate(source: str, site: int) -> str:
+def _mutate(source: str, site: int) -> tuple[str, str, str]:
+    """The mutated module source, and the mutated node as source before and after (for a constant, the expression
+    around it, as `_key` names it)."""
     tree = ast.parse(source)
+    parent = {id(c): p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
     for i, node in enumerate(ast.walk(tree)):
         if i != site:
             continue
+        shown = node
+        if isinstance(node, ast.Constant):
+            while id(shown) in parent and (shown is node or isinstance(shown, ast.UnaryOp)):
+                shown = parent[id(shown)]
+        before = ast.unparse(shown)
         if isinstance(node, ast.Compare):
             node.ops[0] = SWAPS_CMP[type(node.ops[0])]()
         elif isinstance(node, ast.BinOp):
@@ -209,106 +295,149 @@ def _mutate(source: str, site: int) -> str:
             node.func.id = "max" if node.func.id == "min" else "min"
         elif isinstance(node, ast.Constant):
             node.value = node.value + 1 if isinstance(node.value, int) else (node.value * 1.5 or 1.0)
-        return ast.unparse(tree)
+        return ast.unparse(tree), before, ast.unparse(shown)
     raise IndexError(site)
+
+
+def _function_of(tree: ast.AST) -> dict[int, str]:
+    """node index in ast.walk order -> the innermost enclosing function's name."""
+    index = {id(n): i for i, n in enumerate(ast.walk(tree))}
+    out: dict[int, str] = {}
+    for f in ast.walk(tree):  # outer functions first, so an inner one overwrites
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.update((index[id(n)], f.name) for n in ast.walk(f) if n is not f)
+    return out
 
 
 def draw_mutants(modules: list[str], per_module: int, seed: int) -> list[Mutant]:
     out = []
     for mod in modules:
-        tree = ast.parse((REPO / "frenzy_core" / f"{mod}.py").read_text())
+        source = (REPO / module_path(mod)).read_text()
+        tree = ast.parse(source)
         sites = _sites(tree, mod)
+        func = _function_of(tree)
         rng = random.Random(f"{seed}:{mod}")
         for i, node, change in sorted(rng.sample(sites, min(per_module, len(sites))), key=lambda s: s[0]):
-            out.append(Mutant(mod, i, node.lineno, change))
+            _, before, after = _mutate(source, i)
+            out.append(Mutant(mod, i, node.lineno, change, func.get(i, "?"), node.col_offset + 1, before, after))
     return out
 
 
-def run_mutant(m: Mutant, work: Path, timeout_s: float, deselect: tuple[str, ...] = ()) -> tuple[str, float]:
-    """'killed' / 'survived' / 'timeout' (counted as killed), and the wall time."""
-    target = work / "frenzy_core" / f"{m.module}.py"
-    original = (REPO / "frenzy_core" / f"{m.module}.py").read_text()
-    target.write_text(_mutate(original, m.site))
-    tests = [t for t in TARGETS[m.module] if (work / t).exists()]
+def _pytest(work: Path, args: list[str], timeout_s: float | None = None) -> tuple[int | None, str]:
+    """Run pytest in `work` (its own process group, so a timeout stops every process the tests started); the exit
+    code (None on timeout) and the output."""
     env = {**os.environ, "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--no-header",
+                             "-o", "addopts=", *args], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out.decode(errors="replace")
+
+
+def _test_args(mod: str, tests: list[str], deselect: tuple[str, ...]) -> list[str]:
+    paths = [*tests, module_path(mod)]
+    return ["--doctest-modules", *paths,
+            *(a for d in deselect if d.split("::")[0] in paths for a in ("--deselect", d))]
+
+
+def run_mutant(m: Mutant, work: Path, tests: list[str], timeout_s: float,
+               deselect: tuple[str, ...] = ()) -> tuple[str, float]:
+    """'killed' / 'survived' / 'timeout' / 'error' (see the module docstring), and the wall time."""
+    target = work / module_path(m.module)
+    original = (REPO / module_path(m.module)).read_text()
+    target.write_text(_mutate(original, m.site)[0])
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                               "--no-header", "-o", "addopts=", *tests,
-                               *(a for d in deselect if d.split("::")[0] in tests for a in ("--deselect", d))],
-                              cwd=work, env=env,
-                              capture_output=True, timeout=timeout_s)
-        verdict = "survived" if proc.returncode == 0 else "killed"
-    except subprocess.TimeoutExpired:
-        verdict = "timeout"
+        code, _ = _pytest(work, ["-q", "-x", *_test_args(m.module, tests, deselect)], timeout_s)
     finally:
         target.write_text(original)
+    verdict = ("timeout" if code is None else "survived" if code == 0 else
+               "killed" if code in KILLED_EXIT_CODES else "error")
     return verdict, time.perf_counter() - t0
 
 
-def _baseline_failures(work: Path, tests: list[str]) -> tuple[str, ...]:
+def _baseline_failures(work: Path, tests_by_module: dict[str, list[str]]) -> tuple[str, ...]:
     """The tests that fail on the unmutated code (deselected in every mutant run, and named, so a failure that is
-    not the mutant's cannot count as a kill); exits when the failure is not a test that can be deselected."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-o", "addopts=",
-                           *tests], cwd=work, env={**os.environ, "PYTHONPATH": str(work)}, capture_output=True)
-    if proc.returncode == 0:
+    not the mutant's cannot count as a kill); exits when the failure is not a test that can be deselected, or
+    when a module has no test at all."""
+    paths = sorted({t for ts in tests_by_module.values() for t in ts} | {module_path(m) for m in tests_by_module})
+    code, out = _pytest(work, ["-q", "-rfE", "--doctest-modules", *paths])
+    if code == 0:
         return ()
-    out = proc.stdout.decode()
+    if code == 5:
+        sys.exit("no test collected for " + ", ".join(tests_by_module) + ": nothing can kill a mutant")
     failing = tuple(line.split(" ", 1)[1].split(" - ", 1)[0] for line in out.splitlines()
                     if line.startswith("FAILED ") and "::" in line)
-    if proc.returncode != 1 or not failing or any(line.startswith("ERROR ") for line in out.splitlines()):
+    if code != 1 or not failing or any(line.startswith("ERROR ") for line in out.splitlines()):
         sys.exit("the unmutated tests fail; fix them before measuring mutants:\n" + out[-2000:])
     print("failing before any mutation, deselected:", *failing, sep="\n  ", flush=True)
     return failing
 
 
+def _pct(num: int, den: int) -> float | None:
+    return round(100.0 * num / den, 1) if den else None
+
+
+def _tally(verdicts: list[str]) -> dict[str, int | float | None]:
+    n = {v: verdicts.count(v) for v in ("killed", "survived", "timeout", "error")}
+    return {"mutants": len(verdicts), **n, "score_pct": _pct(n["killed"], n["killed"] + n["survived"]),
+            "conservative_score_pct": _pct(n["killed"], len(verdicts))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modules", nargs="+", default=list(TARGETS), choices=list(TARGETS))
-    ap.add_argument("--per-module", type=int, default=12)
+    ap.add_argument("--modules", nargs="+", default=list(DEFAULT_MODULES), choices=core_modules(),
+                    metavar="MODULE", help="core modules by dotted name under frenzy_core (default: %(default)s)")
+    ap.add_argument("--per-module", type=int, default=12, help="mutants drawn per module and seed")
     ap.add_argument("--seed", type=int, nargs="+", default=[0],
                     help="one or more seeds; a mutant drawn by several seeds runs once")
-    ap.add_argument("--timeout-s", type=float, default=120.0)
+    ap.add_argument("--timeout-s", type=float, default=120.0, help="per mutant; a run past it is a 'timeout'")
+    ap.add_argument("--indirect", action="store_true",
+                    help="also run the test files that import a core module which imports the mutated one")
     args = ap.parse_args()
+    t_start = time.perf_counter()
+    tests_by_module = {mod: test_files_for(mod, args.indirect) for mod in args.modules}
+    for mod, tests in tests_by_module.items():
+        print(f"{mod}: {len(tests)} test files + doctests of {module_path(mod)}:", *tests, flush=True)
     drawn = {seed: draw_mutants(args.modules, args.per_module, seed) for seed in args.seed}
     mutants = sorted({m for ms in drawn.values() for m in ms}, key=lambda m: (args.modules.index(m.module), m.site))
     # a copy beside the repository, so tests that read ../shared still find it
     work = Path(tempfile.mkdtemp(prefix=".mutation-", dir=REPO.parent))
     try:
-        for part in ("frenzy_core", "tests", "bench", "sample_clusters", "pyproject.toml"):
-            src = REPO / part
-            (shutil.copytree if src.is_dir() else shutil.copy)(src, work / part)
-        deselect = _baseline_failures(work, sorted({t for m in args.modules for t in TARGETS[m]
-                                                    if (work / t).exists()}))
+        shutil.copytree(REPO, work, ignore=COPY_IGNORE, dirs_exist_ok=True)
+        deselect = _baseline_failures(work, tests_by_module)
         verdicts: dict[Mutant, str] = {}
         for k, m in enumerate(mutants, 1):
-            verdict, wall = run_mutant(m, work, args.timeout_s, deselect)
+            verdict, wall = run_mutant(m, work, tests_by_module[m.module], args.timeout_s, deselect)
             verdicts[m] = verdict
-            print(f"[{k:>3}/{len(mutants)}] {verdict:8} {m.module}.py:{m.line} {m.change} ({wall:.1f} s)", flush=True)
+            print(f"[{k:>3}/{len(mutants)}] {verdict:8} {m.where()} ({wall:.1f} s)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    trees = {mod: ast.parse((REPO / "frenzy_core" / f"{mod}.py").read_text()) for mod in args.modules}
-    sites_by_module = {mod: len(_sites(t, mod)) for mod, t in trees.items()}
-    equivalent_by_module = {mod: len(_sites(t)) - sites_by_module[mod] for mod, t in trees.items()}
-    summaries = {}
-    for seed, ms in drawn.items():
-        results = [(m, verdicts[m]) for m in ms]
-        score = {}
-        for mod in args.modules:
-            mine = [v for m, v in results if m.module == mod]
-            score[mod] = round(sum(v != "survived" for v in mine) / len(mine), 3) if mine else None
-        survivors = [f"{m.module}.py:{m.line} {m.change}" for m, v in results if v == "survived"]
-        print(f"seed {seed} survivors:", *survivors, sep="\n  ")
-        killed = sum(v != "survived" for _, v in results)
-        summaries[seed] = {"date": time.strftime("%Y-%m-%d"), "seed": seed, "per_module": args.per_module,
-                           "mutants": len(results), "killed": killed,
-                           "mutation_score": round(killed / len(results), 3), "score_by_module": score,
-                           "survivors": len(survivors), "deselected_failing_tests": len(deselect),
-                           "sites_by_module": sites_by_module, "equivalent_left_out_by_module": equivalent_by_module}
-    for seed in args.seed[:-1]:
-        print(json.dumps(summaries[seed]))
-    print(json.dumps(summaries[args.seed[-1]] if len(args.seed) == 1 else
-                     {"date": time.strftime("%Y-%m-%d"), "seeds": [summaries[s] for s in args.seed]}))
+    for kind in ("survived", "timeout", "error"):
+        hits = [m for m in mutants if verdicts[m] == kind]
+        if hits:
+            print(f"{kind} ({len(hits)}):", *(m.where() for m in hits), sep="\n  ")
+    trees = {mod: ast.parse((REPO / module_path(mod)).read_text()) for mod in args.modules}
+    modules = {}
+    for mod in args.modules:
+        sites = len(_sites(trees[mod], mod))
+        modules[mod] = {**_tally([v for m, v in verdicts.items() if m.module == mod]), "sites": sites,
+                        "equivalent_left_out": len(_sites(trees[mod])) - sites,
+                        "test_files": len(tests_by_module[mod])}
+    summary = {"date": time.strftime("%Y-%m-%d"), "seeds": args.seed, "per_module": args.per_module,
+               "timeout_s": args.timeout_s, "indirect": args.indirect, "modules": modules,
+               "overall": _tally(list(verdicts.values())), "deselected_failing_tests": len(deselect),
+               "wall_s": round(time.perf_counter() - t_start, 1)}
+    if len(args.seed) > 1:
+        summary["by_seed"] = {str(seed): {mod: _tally([verdicts[m] for m in ms if m.module == mod])
+                                          for mod in args.modules} for seed, ms in drawn.items()}
+    print(json.dumps(summary))
+
 
 if __name__ == "__main__":
     main()
