@@ -241,3 +241,29 @@ def test_a_trace_path_that_is_a_device_or_a_fifo_is_refused_before_reading(tmp_p
                               f"try:\n    load_trace({path!r}, 'philly')\nexcept SpecError as e:\n    print('REFUSED', e)\n",
                               timeout_s=30)
         assert "REFUSED" in result.stdout and "not a regular file" in result.stdout, (path, result.stderr[-500:])
+
+
+# --- the remaining reproducers, end to end through the CLI (their unit tests live beside their modules) ----
+def test_a_whatif_addition_of_10_to_the_20_gpus_is_one_line_exit_2():
+    result = run_isolated("import sys\nfrom frenzy_core.cli import main\nsys.exit(main(['whatif', '--cluster', "
+                          "'sample_clusters/sia-64.yaml', '--job', 'gpt2:10:1:1', '--add', "
+                          "'A100-80GB:100000000000000000000']))\n", timeout_s=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "100,000" in result.stderr  # the limit, named
+
+
+def test_a_trace_row_with_a_huge_gpu_count_or_a_year_9999_is_a_counted_skip(tmp_path):
+    from frenzy_core.traces import load_trace
+
+    path = tmp_path / "philly.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 00:00:00,60,1,60,vc\n"
+                    "9999-10-01 00:00:00,60,1,60,vc\n2017-10-01 00:00:01,60,1e40,60,vc\n")
+    trace = load_trace(path, "philly")
+    assert len(trace.jobs) == 1 and sorted(p.row for p in trace.skipped) == [2, 3]
+
+
+def test_a_hostile_cluster_name_never_reaches_an_export(tmp_path):
+    (tmp_path / "c.yaml").write_text('name: "lab\\ntouch PWNED"\nnodes: [{name: a, gpu_type: A100-80GB, num_gpus: 8}]\n')
+    result = run_isolated("import sys\nfrom frenzy_core.cli import main\nsys.exit(main(['plans', '--model', 'gpt2', "
+                          f"'--global-batch', '32', '--cluster', {str(tmp_path / 'c.yaml')!r}, '--export', 'slurm']))\n", timeout_s=120)
+    assert result.returncode == 2 and "PWNED" not in result.stdout and "name" in result.stderr
