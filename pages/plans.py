@@ -10,7 +10,7 @@ import streamlit as st
 
 from frenzy_core.errors import SpecError
 from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
-from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_TOKENS, MAX_TOTAL_GPUS, MIN_TOKENS
+from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_TOKENS, MAX_TOTAL_GPUS, MIN_TOKENS, load_json
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
 from pages import charts, common
 
@@ -59,7 +59,7 @@ def launch_file(fmt: str, model_json: str, training_json: str, cluster_json: str
     from frenzy_core.training import TrainingSpec
 
     return export_plan(fmt, ModelSpec.model_validate_json(model_json), TrainingSpec.model_validate_json(training_json),
-                       Plan(**json.loads(plan_json)), Cluster.model_validate_json(cluster_json), tokens=tokens)
+                       Plan(**load_json(plan_json, "plan")), Cluster.model_validate_json(cluster_json), tokens=tokens)
 
 
 # the Launch panel opens on the training's framework where the spec has one (TrainingSpec.framework)
