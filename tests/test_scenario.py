@@ -181,3 +181,15 @@ def test_a_split_with_cp_vp_ep_and_etp_round_trips_and_is_the_parallelism_memory
     assert out["total_bytes"] == int(predict_memory(s.model_spec, s.training, want).total_bytes)
     assert (out["cp"], out["vp"], out["ep"], out["etp"]) == (2, 2, 4, 1)
     assert out["total_bytes"] != int(predict_memory(s.model_spec, s.training, Parallelism(dp=2, tp=2, pp=4)).total_bytes)
+
+
+def test_scenario_sections_accept_their_boundary_values_and_refuse_just_past_them():
+    """The validators' edges (survivors of bench/mutation.py on scenario.py): 1 job, a $0 budget and a floor of 1.0
+    are valid; a floor of 1.2 is not."""
+    from frenzy_core.scenario import PlanGoal, SimulationSpec, WhatIfSpec
+
+    assert SimulationSpec(limit_jobs=1).limit_jobs == 1
+    assert WhatIfSpec(budget_usd_per_hour=0.0).budget_usd_per_hour == 0.0
+    assert PlanGoal(scaling_floor=1.0).scaling_floor == 1.0
+    with pytest.raises(ValueError, match="scaling_floor"):
+        PlanGoal(scaling_floor=1.2)
