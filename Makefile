@@ -28,10 +28,12 @@ setup-dev: $(VENV)/.dev
 run: setup
 	FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
 
-## make test: set up .venv with dev tools, lint, run every test
+## make test: set up .venv with dev tools, lint, run every test on TEST_WORKERS processes (pytest-xdist; each test
+## file stays on one worker so its module-scoped servers start once; TEST_WORKERS=0 runs in one process)
+TEST_WORKERS ?= 2
 test: setup-dev
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: setup-dev
 	$(BIN)/ruff check .

@@ -108,8 +108,17 @@ def hover_text(page, key: str, mark: str = BAR, timeout_ms: int = 10_000) -> str
 
 def scroll_to(page, selector: str) -> None:
     """Bring a section to the top of the view for the screenshot (the main area scrolls, not the document)."""
-    page.locator(selector).first.evaluate("e => e.scrollIntoView({block: 'start'})")
-    page.wait_for_timeout(300)
+    scroll_top(page.locator(selector).first)
+
+
+def scroll_top(locator) -> None:
+    """Scroll a section to the top of the view and wait until it has stopped moving (a condition, not a fixed
+    wait): the same top edge on two animation frames in a row."""
+    locator.evaluate("e => { e.scrollIntoView({block: 'start'}); window.__frenzyTop = undefined; }")
+    locator.page.wait_for_function(
+        """e => { const top = e.getBoundingClientRect().top;
+                  const still = window.__frenzyTop === top; window.__frenzyTop = top; return still; }""",
+        arg=locator.element_handle(), polling="raf", timeout=10_000)
 
 
 def shot(page, name: str) -> None:
@@ -173,7 +182,6 @@ def test_cluster_page_places_a_job(browser_page):
     open_page(page, f"{url}/cluster_packing", "Cluster & packing")
     for _ in range(3):
         page.locator(".st-key-pack_submit button").click()
-        page.wait_for_timeout(100)
         wait_idle(page)
     page.wait_for_selector('[data-testid="stAlert"]:has-text("placed")', timeout=30_000)
     scroll_to(page, 'h3:has-text("Packing with HAS")')
@@ -198,8 +206,7 @@ def test_simulation_page_runs_a_small_simulation(browser_page):
     assert "GPU-hours" in hover_text(page, "sim_gpu_hours")
     scroll_to(page, 'h3:has-text("Results")')
     shot(page, "simulation")
-    page.locator(".st-key-sim_gpu_hours").evaluate("e => e.scrollIntoView({block: 'start'})")
-    page.wait_for_timeout(300)
+    scroll_top(page.locator(".st-key-sim_gpu_hours"))
     shot(page, "simulation_gpu_hours")
 
 
@@ -347,7 +354,6 @@ def test_a_1000_node_cluster_draws_node_groups(browser_page):
     wait_idle(page)
     for _ in range(3):
         page.locator(".st-key-pack_submit button").click()
-        page.wait_for_timeout(100)
         wait_idle(page)
     wait_text(page, '[data-testid="stCaptionContainer"]', "groups of identical nodes")
     no_exception(page, "1000-node cluster")
