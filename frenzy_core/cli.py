@@ -610,6 +610,9 @@ def cmd_whatif(args) -> int:
               f"{c.added_cost_per_hour:>9.2f} {c.tco.purchase_usd:>11,.0f}  {'yes' if c.within_budget else 'no':6} "
               f"{'yes' if c.on_frontier else ''}")
     print(result.message)
+    for c in result.candidates:
+        if c.why:
+            print(f"why {c.candidate}: {c.why}")
     for note in result.notes:
         print(f"note: {note}")
     return 0

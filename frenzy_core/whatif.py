@@ -14,7 +14,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -478,9 +478,17 @@ class CandidateResult:
     tco: TCO  # of the additions
     within_budget: bool
     on_frontier: bool
+    why: str = ""  # where its JCT differs from buying nothing: queueing or running (`explain`)
+
+    @property
+    def avg_run_s(self) -> float:
+        """Mean time from start to finish of the completed jobs (startup, restarts and running): average JCT less
+        the average queueing delay, both over the same completed jobs (simulate.job_columns)."""
+        return self.avg_jct_s - self.avg_queue_s
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "tco"}
+        out["avg_run_s"] = self.avg_run_s
         out["samples_s"] = list(self.samples_s)
         out["tco"] = self.tco.as_dict()
         return out
@@ -595,6 +603,9 @@ def verdict(table: SweepTable, base: Cluster, candidates: Mapping[str, Cluster],
     front = pareto_front([r["cost_per_hour"] for r in rows],
                          [r["avg_jct_s"] if math.isfinite(r["avg_jct_s"]) else math.inf for r in rows])
     results = tuple(CandidateResult(**r, on_frontier=f) for r, f in zip(rows, front, strict=True))
+    today = next((r for r in results if r.candidate == TODAY), None)
+    if today is not None:
+        results = tuple(replace(r, why=explain(r, today)) for r in results)
     ok = [r for r in results if r.within_budget and math.isfinite(r.avg_jct_s)]
     best = min(ok, key=lambda r: (r.avg_jct_s, r.added_cost_per_hour)) if ok else None
     comps = tuple(compare(best.candidate, best.samples_s, r.candidate, r.samples_s, (best.ci_low_s, best.ci_high_s),
@@ -604,10 +615,37 @@ def verdict(table: SweepTable, base: Cluster, candidates: Mapping[str, Cluster],
                   "did not fit its GPUs)" for r in results if r.workload_fallbacks)
     return WhatIf(candidates=results, best_within_budget=best.candidate if best else None, comparisons=comps,
                   message=_message(best, comps, len(table.samples().get((workload, best.candidate, policy), ()))
-                                   if best else 0, budget_per_hour, pricing),
+                                   if best else 0, budget_per_hour, pricing)
+                  + (f" Why: {best.why}." if best is not None and best.why else ""),
                   significant=significant, policy=policy, workload=workload,
                   seeds=tuple(sorted({r["seed"] for r in table.rows})), budget_per_hour=float(budget_per_hour),
                   pricing=pricing, wall_s=table.wall_s, notes=notes)
+
+
+BUSY_UTILISATION = 0.5  # below this average share of GPUs in use, extra GPUs rarely shorten a queue
+SHORT_QUEUE_S = 360.0  # an average wait under 6 minutes: the queue is not what makes jobs slow
+
+
+def explain(row: CandidateResult, today: CandidateResult) -> str:
+    """Why a candidate's average JCT differs from buying nothing, split into its two parts over the same completed
+    jobs: the wait before a job starts (more GPUs shorten the queue) and the time from start to finish (faster GPUs,
+    or larger plans the extra GPUs allow, shorten it). Names which part dominates, and says when today's cluster is
+    mostly idle, so that a gain can only come from speed."""
+    if row.candidate == today.candidate:
+        q, u = today.avg_queue_s, today.avg_utilisation
+        idle = (f"; {u:.0%} of its GPUs are in use and jobs wait {q / 3600:.3f} h on average, so added GPUs can only "
+                "help by running jobs faster" if u < BUSY_UTILISATION and q < SHORT_QUEUE_S else "")
+        return f"buy nothing: today's cluster as it is{idle}"
+    if not (math.isfinite(row.avg_jct_s) and math.isfinite(today.avg_jct_s)):
+        return "no finished job to compare"
+    d_jct = row.avg_jct_s - today.avg_jct_s
+    d_queue = row.avg_queue_s - today.avg_queue_s
+    d_run = row.avg_run_s - today.avg_run_s
+    change = "faster" if d_jct < 0 else "slower"
+    main = "queueing" if abs(d_queue) >= abs(d_run) else "running"
+    return (f"{abs(d_jct) / 3600:.2f} h {change} on average than buying nothing "
+            f"({today.avg_jct_s / 3600:.2f} -> {row.avg_jct_s / 3600:.2f} h): queueing {d_queue / 3600:+.2f} h, "
+            f"running {d_run / 3600:+.2f} h; mostly {main}")
 
 
 def _message(best: CandidateResult | None, comps: Sequence[Comparison], seeds: int, budget: float,

@@ -243,7 +243,7 @@ else:
         "avg JCT h": c.avg_jct_s / HOUR, "CI low h": c.ci_low_s / HOUR, "CI high h": c.ci_high_s / HOUR,
         "p99 JCT h": c.p99_jct_s / HOUR, "avg queue h": c.avg_queue_s / HOUR, "utilisation": c.avg_utilisation,
         "OOM failures": c.oom_failures, "completed": c.completed, "jobs": c.jobs, "within budget": c.within_budget,
-        "on frontier": c.on_frontier} for c in result.candidates])
+        "on frontier": c.on_frontier, "why": c.why} for c in result.candidates])
     ss.wi_results = table
     st.subheader("Average JCT against cost", anchor=False)
     no_ci = " (one seed: no 95% interval)" if len(result.seeds) < 2 else ""
@@ -255,13 +255,14 @@ else:
     else:
         st.plotly_chart(fig, key="wi_frontier", width="stretch", config=charts.config("gpu_mix_frontier"))
     if result.best_within_budget is None:
-        st.warning(result.message, icon=":material/warning:")
+        st.warning(common.md_escape(result.message), icon=":material/warning:")
     elif result.significant:
-        st.success(result.message)
+        st.success(common.md_escape(result.message))
     else:
-        st.warning(result.message, icon=":material/balance:")
+        st.warning(common.md_escape(result.message), icon=":material/balance:")
     for note in result.notes:
-        st.caption(f"Note: {note}")
+        st.caption(f"Note: {common.md_escape(note)}")
+    st.markdown("\n".join(f"- **{common.md_escape(c.candidate)}**: {common.md_escape(c.why)}" for c in result.candidates if c.why))
     st.dataframe(table, hide_index=True, width="stretch", key="wi_results_table", column_config={
         **{k: st.column_config.NumberColumn(format="%.2f") for k in
            ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")},

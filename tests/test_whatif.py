@@ -329,12 +329,14 @@ def test_bad_additions_name_the_add_flag(text):
 
 
 # --- the verdict on a hand-made table ------------------------------------------------------------------------------
-def _table(samples: dict[str, list[float]]) -> SweepTable:
+def _table(samples: dict[str, list[float]], queue_s: dict[str, float] | None = None,
+           utilisation: float = 0.5) -> SweepTable:
     rows = []
     for c, vals in samples.items():
         for s, v in enumerate(vals):
             rows.append({"workload": "w", "candidate": c, "policy": "fcfs", "seed": s, "avg_jct_s": v,
-                         "p99_jct_s": v, "avg_queue_s": 0.0, "avg_utilisation": 0.5, "completed": 10, "jobs": 10,
+                         "p99_jct_s": v, "avg_queue_s": (queue_s or {}).get(c, 0.0),
+                         "avg_utilisation": utilisation, "completed": 10, "jobs": 10,
                          "oom_failures": 0, "workload_fallbacks": 0})
     return SweepTable(tuple(rows), 1.0, "local", 1)
 
@@ -371,6 +373,36 @@ def test_verdict_says_significant_when_the_lead_is_clear(tiny_cluster):
     assert w.comparisons[0].p_value == pytest.approx(_welch_p(samples["h100"], samples[TODAY]))
     assert "significant" in w.message and "Not significant" not in w.message
     assert w.row("h100").on_frontier and w.row(TODAY).on_frontier  # cheaper or faster: neither dominates
+
+
+def test_each_candidate_says_whether_queueing_or_running_made_it_faster_than_buying_nothing(tiny_cluster):
+    """Today: JCT 10 h of which 6 h queueing (4 h running). 'more' cuts the queue to 1 h at the same 4 h running
+    (5 h faster, all queueing); 'fast' keeps the 6 h queue and runs in 2 h (2 h faster, all running)."""
+    h = 3600.0
+    cands = {TODAY: tiny_cluster, "more": add_gpus(tiny_cluster, "T4", 8), "fast": add_gpus(tiny_cluster, "H100-80GB", 8)}
+    table = _table({TODAY: [10 * h] * 3, "more": [5 * h] * 3, "fast": [8 * h] * 3},
+                   queue_s={TODAY: 6 * h, "more": 1 * h, "fast": 6 * h})
+    w = verdict(table, tiny_cluster, cands, budget_per_hour=100.0)
+    assert w.row("more").avg_run_s == pytest.approx(4 * h) and w.row("fast").avg_run_s == pytest.approx(2 * h)
+    more, fast = w.row("more").why, w.row("fast").why
+    assert "5.00 h faster" in more and "queueing -5.00 h" in more and "running +0.00 h" in more
+    assert more.endswith("mostly queueing")
+    assert "2.00 h faster" in fast and "queueing +0.00 h" in fast and "running -2.00 h" in fast
+    assert fast.endswith("mostly running")
+    assert w.row(TODAY).why.startswith("buy nothing")
+    assert w.best_within_budget == "more" and f"Why: {more}." in w.message
+
+
+def test_an_idle_cluster_is_named_as_the_reason_only_speed_can_help(tiny_cluster):
+    """Today 3% used and a 43 s average wait (the issue's 0.012 h): buying GPUs can only run jobs faster."""
+    cands = {TODAY: tiny_cluster, "h100": add_gpus(tiny_cluster, "H100-80GB", 8)}
+    w = verdict(_table({TODAY: [7200.0] * 2, "h100": [6000.0] * 2}, queue_s={TODAY: 43.0, "h100": 40.0},
+                       utilisation=0.03), tiny_cluster, cands, budget_per_hour=100.0)
+    assert "3% of its GPUs are in use" in w.row(TODAY).why and "running jobs faster" in w.row(TODAY).why
+    assert w.row("h100").why.endswith("mostly running")
+    busy = verdict(_table({TODAY: [7200.0] * 2, "h100": [6000.0] * 2}, queue_s={TODAY: 43.0, "h100": 40.0},
+                          utilisation=0.9), tiny_cluster, cands, budget_per_hour=100.0)
+    assert "in use" not in busy.row(TODAY).why
 
 
 def test_one_seed_is_never_called_significant():
