@@ -16,7 +16,7 @@ import numpy as np
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
 from frenzy_core.packing import ClusterIndex, Placement, has_place
-from frenzy_core.plans import Plan
+from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
 
 
 @dataclass(frozen=True)
@@ -68,19 +68,23 @@ def free_by_type(cluster: Cluster, allocation: Allocation) -> dict[str, tuple[in
 
 
 def submit(cluster: Cluster, allocation: Allocation, job_id: str, model: str,
-           plans: Sequence[Plan]) -> tuple[Allocation, PlacedJob | None]:
+           plans: Sequence[Plan], scaling_floor: float = DEFAULT_SCALING_FLOOR) -> tuple[Allocation, PlacedJob | None]:
     """Place a job with HAS: the first ranked plan the free GPUs can satisfy now, or (allocation, None) if none.
+    Only plans that pass `scaling_floor` (`plans.within_scaling_floor`; 0 = off) are walked, so a small model does
+    not take many GPUs for a few per cent of speed-up.
 
     The allocation must belong to `cluster` (same nodes, same GPU counts).
     """
     if len(allocation.owner) != len(cluster.nodes) or any(
             len(o) != n.num_gpus for o, n in zip(allocation.owner, cluster.nodes, strict=True)):
         raise SpecError("allocation", "does not match the cluster's nodes; start a fresh allocation for this cluster")
+    if not (isinstance(scaling_floor, int | float) and 0.0 <= scaling_floor <= 1.0):
+        raise SpecError("scaling_floor", f"must be in [0, 1] (0 = off, 0.5 = half of linear), got {scaling_floor!r}")
     if any(j.job_id == job_id for j in allocation.jobs):
         raise SpecError("job_id", f"{job_id!r} is already placed; pick another name")
     index = ClusterIndex.from_cluster(cluster)
     free = allocation.free_per_node()
-    got = has_place(plans, index, free, free_by_type=index.free_by_type(free))
+    got = has_place(plans, index, free, free_by_type=index.free_by_type(free), scaling_floor=scaling_floor)
     if got is None:
         return allocation, None
     plan, placement = got

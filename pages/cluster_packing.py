@@ -16,6 +16,7 @@ from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from frenzy_core.models import ZOO
+from frenzy_core.plans import DEFAULT_SCALING_FLOOR
 from frenzy_core.scenario import grouped_cluster_data
 from frenzy_core.workload import default_training
 from pages import charts, common
@@ -26,6 +27,7 @@ ss = st.session_state
 NODE_COLUMNS = ["name", "gpu_type", "num_gpus", "intra_link", "intra_link_gbyte_s", "network_gbit_s"]
 GROUP_COLUMNS = ["name", "gpu_type", "num_gpus", "count", "intra_link", "intra_link_gbyte_s", "network_gbit_s"]
 GROUP_ABOVE_NODES = 64  # above this many nodes, the table and the grid show node groups, not one row per node
+CURRENT_MODEL = "(the Model & memory page's model)"  # the packing select's first entry: any model that page accepts
 JOB_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
                "#7f7f7f", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94"]
 
@@ -99,15 +101,27 @@ def on_paste() -> None:
     load_text(ss.get("cl_yaml_text", ""), "pasted YAML")
 
 
+def job_model():
+    """The model and training setup of the next job: a zoo model with the simulator's setup, or the Model & memory
+    page's model (zoo, config.json or spec) with that page's setup."""
+    if ss.pack_model == CURRENT_MODEL:
+        return common.model(), common.training()
+    model = ZOO[ss.pack_model]
+    return model, default_training(model)
+
+
 def on_submit() -> None:
-    cluster, name = common.cluster(), ss.pack_model
-    model = ZOO[name]
+    cluster = common.cluster()
+    model, training = job_model()
+    name = model.name
+    objective = ss.get("pack_objective") or "time"
+    floor = float(ss.get("pack_floor", DEFAULT_SCALING_FLOOR))
     n = ss.get("pack_counter", 0) + 1
     job_id = f"job-{n}"
     try:
-        plans = common.ranked_plans(model.model_dump_json(), default_training(model).model_dump_json(),
-                                    cluster.model_dump_json())
-        alloc, job = submit(cluster, ss.allocation, job_id, name, plans.plans)
+        plans = common.ranked_plans(model.model_dump_json(), training.model_dump_json(), cluster.model_dump_json(),
+                                    objective=objective)
+        alloc, job = submit(cluster, ss.allocation, job_id, name, plans.plans, scaling_floor=floor)
     except SpecError as err:
         ss.pack_msg = ("error", str(err))
         return
@@ -116,12 +130,15 @@ def on_submit() -> None:
         ss.allocation = alloc
         names = [f"{cluster.nodes[i].name} ({k})" for i, k in job.placement.nodes]
         nodes = ", ".join(names[:6]) + (f" and {len(names) - 6} more nodes" if len(names) > 6 else "")
-        ss.pack_msg = ("success", f"{job_id} ({name}) placed: {job.plan.label()} on {nodes}.")
+        ss.pack_msg = ("success", f"{job_id} ({name}) placed: {job.plan.label()} on {nodes}, the first plan by "
+                                  f"{common.OBJECTIVE_LABELS[objective]} that passes the scaling floor ({floor:.0%}) and "
+                                  "fits the free GPUs now.")
     elif not len(plans.plans):
         ss.pack_msg = ("error", f"{job_id} ({name}) cannot run on this cluster: {plans.explanation}")
     else:
-        ss.pack_msg = ("warning", f"{job_id} ({name}) waits: none of its {len(plans.plans)} feasible plans fits "
-                                  "the free GPUs now. Release a job or add nodes.")
+        ss.pack_msg = ("warning", f"{job_id} ({name}) waits: none of its {len(plans.plans)} feasible plans that "
+                                  f"pass the scaling floor ({floor:.0%}) fits the free GPUs now. Release a job, add "
+                                  "nodes or lower the floor.")
 
 
 def on_release(key: str) -> None:
@@ -212,12 +229,21 @@ if ss.get("allocation") is None or len(ss.allocation.owner) != len(cluster.nodes
     ss.allocation = empty_allocation(cluster)
 alloc = ss.allocation
 
+ss.setdefault("pack_objective", "time")
+ss.setdefault("pack_floor", DEFAULT_SCALING_FLOOR)
 c1, c2, c3 = st.columns([2, 2, 1], vertical_alignment="bottom")
 with c1:
-    st.selectbox("Submit a job: model", list(ZOO), key="pack_model",
-                 index=list(ZOO).index("llama-2-7b"),
-                 help="By model only: HAS picks the GPU type, the count and the split from the ranked plans "
-                      "(the simulator's training setup: bf16, global batch 384, micro-batch 1).")
+    st.selectbox("Submit a job: model", [CURRENT_MODEL, *ZOO], key="pack_model",
+                 index=1 + list(ZOO).index("llama-2-7b"),
+                 format_func=lambda k: f"{common.model().name} (Model & memory page)" if k == CURRENT_MODEL else k,
+                 help="By model only: HAS picks the GPU type, the count and the split from the ranked plans. A zoo "
+                      "model gets the simulator's training setup (bf16, global batch 384, micro-batch 1); the Model & "
+                      "memory page's model (zoo, config.json or spec) keeps that page's setup.")
+    st.segmented_control("Rank by", list(common.OBJECTIVE_LABELS), format_func=common.OBJECTIVE_LABELS.get, key="pack_objective",
+                         help="the objective HAS walks the plans in (as on the Plans page)")
+    st.slider("scaling floor", 0.0, 1.0, step=0.05, key="pack_floor",
+              help="HAS skips a plan whose GPUs over a smaller plan of the same type buy less than this share of "
+                   "linear speed-up (0.5: doubling the GPUs must be at least 1.5x faster; 0 = off)")
     st.button("Submit", key="pack_submit", on_click=on_submit, type="primary")
 with c2:
     placed = [j.job_id for j in alloc.jobs]

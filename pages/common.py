@@ -39,10 +39,13 @@ PERSISTENT_KEYS = {
     "model": ("mem_all_gpus", "mem_log_scale"),
     "plans": ("plans_objective", "plans_tokens", "plans_method", "plans_margin", "plans_floor", "plans_deadline_h",
               "plans_max_gpus", "plans_budget", "plans_export_format", "plans_export_rank"),
-    "cluster": ("pack_model",),
+    "cluster": ("pack_model", "pack_objective", "pack_floor"),
     "simulation": ("sim_kind", "sim_limit", "sim_bundled", "sim_fmt", "sim_policies", "sim_seeds"),
     "whatif": ("wi_budget", "wi_policy", "wi_seeds", "wi_kind", "wi_limit", "wi_bundled", "wi_fmt"),
 }
+
+# the plan objectives (frenzy_core.plans.OBJECTIVES) as the pages label them
+OBJECTIVE_LABELS = {"time": "time to train", "gpu-hours": "GPU-hours", "cost": "cost", "gpus": "fewest GPUs"}
 
 PAGES = {
     "overview": ("pages/overview.py", "Overview", ":material/home:"),

@@ -7,7 +7,7 @@ import pytest
 from frenzy_core.allocation import empty_allocation, free_by_type, release, submit
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO
-from frenzy_core.plans import rank_plans
+from frenzy_core.plans import Plan, rank_plans
 from frenzy_core.training import TrainingSpec
 
 
@@ -60,3 +60,26 @@ def test_duplicate_job_id_and_unknown_release_name_the_field(tiny_cluster, gpt2_
     assert err.value.field == "job_id"
     with pytest.raises(SpecError):
         release(alloc, "nope")
+
+
+def _timed_plan(n: int, hours: float) -> Plan:
+    gib = 2**30
+    return Plan(gpu_type="A100-80GB", dp=n, tp=1, pp=1, num_gpus=n, micro_batch=1, grad_accum=1,
+                memory_bytes=10 * gib, headroom_bytes=0, gpu_memory_bytes=80 * gib, step_time_s=1.0,
+                tokens_per_s=1.0, time_to_train_s=hours * 3600, gpu_hours=hours * n, cost_usd=1.0)
+
+
+def test_submit_skips_plans_below_the_scaling_floor(tiny_cluster):
+    """8 GPUs in 10 h against 2 GPUs in 25 h: 4x the GPUs for 2.5x the speed. At floor 0.5 the added GPUs must buy
+    at least 1 + 0.5 x (4 - 1) = 2.5x: 2.5x passes; at 0.6 (needs 2.8x) HAS takes the 2-GPU plan; at 0 the 8."""
+    plans = (_timed_plan(8, 10.0), _timed_plan(2, 25.0))
+    for floor, want in ((0.0, 8), (0.5, 8), (0.6, 2)):
+        _, job = submit(tiny_cluster, empty_allocation(tiny_cluster), "j", "m", plans, scaling_floor=floor)
+        assert job is not None and job.plan.num_gpus == want, floor
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.5, float("nan")])
+def test_submit_refuses_a_floor_outside_zero_to_one(tiny_cluster, gpt2_plans, floor):
+    with pytest.raises(SpecError) as err:
+        submit(tiny_cluster, empty_allocation(tiny_cluster), "j", "gpt2", gpt2_plans, scaling_floor=floor)
+    assert err.value.field == "scaling_floor"

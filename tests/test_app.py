@@ -20,6 +20,8 @@ from scipy import stats
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from frenzy_core.models import ZOO  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 APP = str(REPO / "app.py")
 TIMEOUT = 30
@@ -218,6 +220,44 @@ def test_submitting_by_model_places_then_release_frees(app):
     app.button(key="pack_release_btn").click().run()
     no_failure(app)
     assert not app.session_state.allocation.jobs
+
+
+@pytest.mark.parametrize(("objective", "floor"), [("gpus", 0.5), ("time", 0.0), ("time", 0.9)])
+def test_packing_walks_the_plans_in_the_chosen_objective_above_the_chosen_floor(app, objective, floor):
+    """The page places what the core places for the same objective and floor: rank_plans(objective), then HAS over
+    the plans that pass the floor, on an empty allocation."""
+    from frenzy_core.allocation import empty_allocation, submit
+    from frenzy_core.plans import rank_plans
+    from frenzy_core.workload import default_training
+
+    open_page(app, "pages/cluster_packing.py")
+    app.selectbox(key="pack_model").set_value("gpt2-xl")
+    app.session_state["pack_objective"] = objective
+    app.slider(key="pack_floor").set_value(floor)
+    app.button(key="pack_submit").click().run()
+    no_failure(app)
+    cluster, model = app.session_state.cluster, ZOO["gpt2-xl"]
+    want = submit(cluster, empty_allocation(cluster), "job-1", "gpt2-xl",
+                  rank_plans(model, default_training(model), cluster, objective=objective).plans,
+                  scaling_floor=floor)[1]
+    got = app.session_state.allocation.jobs[0]
+    assert got.plan == want.plan and got.placement == want.placement
+
+
+def test_packing_takes_the_model_page_model_with_its_setup(app):
+    from frenzy_core.allocation import empty_allocation, submit
+    from frenzy_core.plans import rank_plans
+
+    open_page(app, "pages/cluster_packing.py")
+    app.selectbox(key="pack_model").select_index(0)  # the first entry: the Model & memory page's model
+    app.button(key="pack_submit").click().run()
+    no_failure(app)
+    ss = app.session_state
+    job = ss.allocation.jobs[0]
+    assert job.model == ss.model.name
+    want = submit(ss.cluster, empty_allocation(ss.cluster), "job-1", ss.model.name,
+                  rank_plans(ss.model, ss.training, ss.cluster).plans)[1]
+    assert job.plan == want.plan
 
 
 # --- Simulation -------------------------------------------------------------------------------------------------
