@@ -197,6 +197,15 @@ def cmd_gpus(args) -> int:
     return 0
 
 
+def _warn_positions(model, training) -> None:
+    """A sequence beyond a rotary model's trained context is allowed, with a warning on stderr (both modes)."""
+    from frenzy_core.models import beyond_trained_positions
+
+    note = beyond_trained_positions(model, training.seq_len)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+
+
 def cmd_memory(args) -> int:
     from frenzy_core.memory import predict_memory
     from frenzy_core.training import Parallelism
@@ -204,6 +213,7 @@ def cmd_memory(args) -> int:
     model = _model(args)
     par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp, ep=args.ep, etp=args.etp)
     training = _training(args, dp=args.dp)
+    _warn_positions(model, training)
     mem = predict_memory(model, training, par, method=args.method)
     band = None
     if training.framework == "unknown" and args.method == "detailed":
@@ -242,6 +252,7 @@ def cmd_plans(args) -> int:
         raise SpecError("top", f"must be 0 (all plans) or positive, got {args.top}")
     deadline_h = _hours(args.deadline, "deadline") if args.deadline is not None else None
     training = _training(args)
+    _warn_positions(model, training)
     cluster = load_cluster(args.cluster)
     result = rank_plans(model, training, cluster, objective=args.objective, tokens=args.tokens, method=args.method,
                         safety_margin=args.safety_margin, micro_batch=args.micro_batch,
@@ -291,6 +302,7 @@ def cmd_estimate(args) -> int:
     par = Parallelism(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vp=args.vp, ep=args.ep, etp=args.etp,
                       first_stage_layers=args.first_stage_layers, last_stage_layers=args.last_stage_layers)
     training = _training(args, dp=args.dp)
+    _warn_positions(model, training)
     gpu = get_gpu(args.gpu)
     result = estimate(model, training, par, gpu, num_gpus=args.gpus, gpus_per_node=args.gpus_per_node,
                       intra_link_gbyte_s=args.intra_node_gbps, network_gbit_s=args.inter_node_gbps,

@@ -417,6 +417,20 @@ class ModelSpec(BaseModel):
         return self.vocab_size * h + self.num_layers * (12 * h * h + 13 * h)
 
 
+def beyond_trained_positions(model: ModelSpec, seq_len: int) -> str | None:
+    """A warning when a rotary-position model is asked for a longer sequence than it was trained on (its config's
+    `max_position_embeddings`), else None. The run fits and costs what the planner says, since rotary positions have
+    no table, but the model has never seen those distances: quality drops past the trained context unless RoPE is
+    rescaled (position interpolation, arXiv 2306.15595; YaRN, arXiv 2309.00071) and the model trained at that
+    length. A learned position table cannot run past its rows at all (training.check_sequence refuses it)."""
+    if model.position_kind != "rotary" or seq_len <= model.max_positions:
+        return None
+    return (f"sequence length {seq_len:,} is beyond the {model.max_positions:,} positions {model.name} was trained "
+            f"on ({seq_len / model.max_positions:.1f}x): it runs and costs what is shown, but expect worse quality "
+            "unless RoPE is rescaled for the longer context (position interpolation or YaRN) and the model is trained "
+            "at that length")
+
+
 def _divisors(n: int) -> list[int]:
     return divisors(n)
 

@@ -22,7 +22,14 @@ from frenzy_core.limits import (
     MODEL_LIMITS,
     slug_name,
 )
-from frenzy_core.models import SUPPORTED_MODEL_TYPES, ZOO, ModelSpec, make_model, parse_hf_config_text
+from frenzy_core.models import (
+    SUPPORTED_MODEL_TYPES,
+    ZOO,
+    ModelSpec,
+    beyond_trained_positions,
+    make_model,
+    parse_hf_config_text,
+)
 from frenzy_core.recipes import DEEPSPEED_ZERO3_HELD_OUT_ERROR
 from frenzy_core.training import (
     Attention,
@@ -361,6 +368,8 @@ with right:
     band = f"Across the framework recipes (pytorch, hf, megatron, fsdp2, deepspeed): {low:.2f}-{high:.2f} GiB."
     st.caption(f"**{m.name}**: {common.fmt_params(m.parameter_count())} parameters ({m.parameter_count():,}). "
                f"Detailed peak ({t.framework} recipe) during **{detailed[2]}**. {band}")
+    if positions := beyond_trained_positions(m, t.seq_len):
+        st.warning(common.md_escape(positions[0].upper() + positions[1:] + "."), icon=":material/warning:")
     if t.framework == "deepspeed" and t.zero_stage == 3 and p.dp > 1:
         st.warning("DeepSpeed ZeRO-3 is the least validated recipe: its gathered-parameter window matches real "
                    "DeepSpeed run on CPU ranks, but against the one published GPU peak held out for testing "

@@ -11,6 +11,7 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.export import FILE_NAMES, FORMATS, FRAMEWORK_EXPORT, export_plan
 from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_TOKENS, MAX_TOTAL_GPUS, MIN_TOKENS, load_json
+from frenzy_core.models import beyond_trained_positions
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan
 from pages import charts, common
 
@@ -72,6 +73,8 @@ m, t, c = common.model(), common.training(), common.cluster()
 st.caption(f"{m.name} · seq {t.seq_len} · global batch {t.global_batch} · {t.precision} · ZeRO-{t.zero_stage} · "
            f"recompute {t.recompute} on **{c.name}** ({c.total_gpus} GPUs). Change them on the Model & memory and "
            "Cluster pages.")
+if positions := beyond_trained_positions(m, t.seq_len):
+    st.warning(common.md_escape(positions[0].upper() + positions[1:] + "."), icon=":material/warning:")
 
 # the objective on its own row and the number inputs four to a row: narrower columns clip them below 1,400 px
 objective = st.segmented_control("Rank by", list(OBJECTIVE_LABELS), format_func=OBJECTIVE_LABELS.get,

@@ -776,6 +776,18 @@ def test_plans_of_an_moe_model_show_their_expert_parallel_size(app):
     assert (table["d (data)"] % table["ep (experts)"] == 0).all() and (8 % table["ep (experts)"] == 0).all()
 
 
+def test_a_rotary_model_past_its_trained_context_is_warned_on_the_memory_and_plans_pages(app):
+    open_page(app, "pages/model_memory.py")
+    app.selectbox(key="zoo_pick").set_value("llama-2-7b").run()
+    assert not any("positions" in w.value for w in app.warning)
+    app.number_input(key="tr_seq_len").set_value(65536).run()
+    no_failure(app)
+    shown = [w.value.replace("\\", "") for w in app.warning]  # markdown-escaped on the page: unescape to read
+    assert any("beyond the 4,096 positions llama-2-7b was trained on" in w for w in shown), shown
+    open_page(app, "pages/plans.py")
+    assert any("beyond the 4,096 positions" in w.value.replace("\\", "") for w in app.warning)
+
+
 def test_plans_of_a_long_sequence_show_cp_and_a_heatmap_per_cp(app):
     open_page(app, "pages/model_memory.py")
     app.selectbox(key="zoo_pick").set_value("llama-3.1-8b").run()

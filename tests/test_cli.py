@@ -181,3 +181,15 @@ def test_framework_megatron_defaults_to_its_bf16_master_precision(capsys):
     assert got == int(want.total_bytes)
     assert main(["memory", "--model", "gpt2", "--seq-len", "1024", "--framework", "megatron", "--precision", "amp"]) == 2
     assert "no autocast" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["memory"], ["plans", "--cluster", "sample_clusters/modern-mixed.yaml", "--global-batch", "8", "--top", "1"],
+                                     ["estimate", "--gpu", "H100-80GB", "--gpus", "8", "--tp", "8"]])
+def test_a_sequence_past_the_trained_context_warns_on_stderr_and_still_answers(capsys, command):
+    args = [*command, "--model", "llama-2-7b", "--seq-len", "65536", "--json"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "warning: sequence length 65,536 is beyond the 4,096 positions llama-2-7b" in out.err
+    json.loads(out.out)  # the answer itself stays clean JSON
+    assert main([*command, "--model", "llama-2-7b", "--seq-len", "4096", "--json"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -397,3 +397,13 @@ def test_load_model_spec_rejects_files_over_1_mib(tmp_path):
         load_model_spec(path)
     with pytest.raises(SpecError, match="not found"):
         load_model_spec(tmp_path / "missing.yaml")
+
+
+def test_a_rotary_model_past_its_trained_context_gets_a_warning_naming_both_lengths():
+    from frenzy_core.models import beyond_trained_positions
+
+    note = beyond_trained_positions(ZOO["llama-2-7b"], 65536)  # trained at 4,096 (config max_position_embeddings)
+    assert note is not None and "65,536" in note and "4,096" in note and "16.0x" in note and "RoPE" in note
+    assert beyond_trained_positions(ZOO["llama-2-7b"], 4096) is None  # exactly the trained length: fine
+    assert beyond_trained_positions(ZOO["llama-3.1-8b"], 65536) is None  # trained to 131,072
+    assert beyond_trained_positions(ZOO["gpt2"], 4096) is None  # learned table: refused elsewhere, not warned
