@@ -149,6 +149,24 @@ def gib(n: float) -> float:
     return float(n) / GIB
 
 
+def fmt_num(x: float, digits: int = 3) -> str:
+    """A number with about `digits` significant digits, thousands separators and never scientific notation:
+    3,615 · 36.2 · 7.05 · 0.123 (the pages' one number format)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return "n/a"
+    if abs(x) < 10 ** (digits - 1):
+        x = float(f"{x:.{digits}g}")  # round to the significant digits first: 99.96 -> 100, not 100.0
+    if abs(x) >= 10 ** (digits - 1) or x == 0:  # whole units from here up: 3,615, never 3.62e+03
+        return f"{x:,.0f}"
+    decimals = digits - 1 - (len(str(int(abs(x)))) - 1 if abs(x) >= 1 else -1)
+    return f"{x:,.{max(0, decimals)}f}"
+
+
+def fmt_count(x: float) -> str:
+    """A count: an integer when it is one (60, not 60.00), else a mean over seeds with one decimal (86.6)."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
 def fmt_params(n: int) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= div:

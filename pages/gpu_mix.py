@@ -123,7 +123,7 @@ with left:
                                                  same_first_column=True), key="wi_costs", hide_index=True,
                                      width="stretch",
                                      disabled=["GPU type", "sources"], column_config={
-                                         "purchase $": st.column_config.NumberColumn(min_value=0.0, format="$%.0f"),
+                                         "purchase $": st.column_config.NumberColumn(min_value=0.0, format="$%,.0f"),
                                          "TDP W": st.column_config.NumberColumn(min_value=0.0, format="%.0f"),
                                          "rental $/h": st.column_config.NumberColumn(min_value=0.0, format="$%.2f")})
         ss.kept_wi_costs_base = costs_frame
@@ -242,7 +242,7 @@ else:
         "purchase $": c.tco.purchase_usd, "TCO over life $": c.tco.tco_usd,
         "avg JCT h": c.avg_jct_s / HOUR, "CI low h": c.ci_low_s / HOUR, "CI high h": c.ci_high_s / HOUR,
         "p99 JCT h": c.p99_jct_s / HOUR, "avg queue h": c.avg_queue_s / HOUR, "utilisation": c.avg_utilisation,
-        "OOM failures": c.oom_failures, "completed": c.completed, "jobs": c.jobs, "within budget": c.within_budget,
+        "OOM failures": c.oom_failures, "completed": common.fmt_count(c.completed), "jobs": common.fmt_count(c.jobs), "within budget": c.within_budget,
         "on frontier": c.on_frontier, "why": c.why} for c in result.candidates])
     ss.wi_results = table
     st.subheader("Average JCT against cost", anchor=False)
@@ -266,7 +266,7 @@ else:
     st.dataframe(table, hide_index=True, width="stretch", key="wi_results_table", column_config={
         **{k: st.column_config.NumberColumn(format="%.2f") for k in
            ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")},
-        **{k: st.column_config.NumberColumn(format="$%.0f") for k in ("purchase $", "TCO over life $")}})
+        **{k: st.column_config.NumberColumn(format="$%,.0f") for k in ("purchase $", "TCO over life $")}})
     st.download_button("Download table (CSV)", table.to_csv(index=False), file_name="gpu_mix_whatif.csv",
                        mime="text/csv", key="wi_csv", icon=":material/download:")
 

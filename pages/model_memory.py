@@ -360,10 +360,10 @@ with right:
     detailed, paper = result["detailed"], result["paper"]
     # two metrics with three significant digits (exact figures in the help): wider rows clip values below 1,400 px
     a, b = st.columns(2)
-    a.metric("Peak per GPU", f"{detailed[1]:.3g} GiB",
-             help=f"detailed method, {t.framework} recipe: {detailed[1]:.3f} GiB, peak during {detailed[2]}")
-    b.metric("Paper's formula", f"{paper[1]:.3g} GiB",
-             help=f"{paper[1]:.3f} GiB: Frenzy paper (arXiv 2412.14479), Sec. IV-A")
+    a.metric("Peak per GPU", f"{common.fmt_num(detailed[1])} GiB",
+             help=f"detailed method, {t.framework} recipe: {detailed[1]:,.3f} GiB, peak during {detailed[2]}")
+    b.metric("Paper's formula", f"{common.fmt_num(paper[1])} GiB",
+             help=f"{paper[1]:,.3f} GiB: Frenzy paper (arXiv 2412.14479), Sec. IV-A")
     low, high = result["band"]
     band = f"Across the framework recipes (pytorch, hf, megatron, fsdp2, deepspeed): {low:.2f}-{high:.2f} GiB."
     st.caption(f"**{m.name}**: {common.fmt_params(m.parameter_count())} parameters ({m.parameter_count():,}). "

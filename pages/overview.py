@@ -100,7 +100,7 @@ with st.container(border=True):
         getattr(st, msg[0])(msg[1])
     if current is not None:
         st.caption(f"Current: **{current.name}** · {USER_LABELS[current.user]} · objective {current.plans.objective}, "
-                   f"{current.plans.tokens:.3g} tokens · trace {current.simulation.trace} "
+                   f"{common.fmt_params(int(current.plans.tokens))} tokens · trace {current.simulation.trace} "
                    f"({current.simulation.limit_jobs} jobs), seeds {current.simulation.seeds}")
     code = common.share_code()
     if code:

@@ -166,7 +166,7 @@ if results:
         p99, p99_lo, p99_hi = res.ci("p99_jct_s")
         m = res.summary_dict()
         rows.append({
-            "policy": name, "completed": m["completed"], "jobs": m["jobs"],
+            "policy": name, "completed": common.fmt_count(m["completed"]), "jobs": common.fmt_count(m["jobs"]),
             "avg JCT h": avg / HOUR, "avg JCT 95% CI": ci_text(avg_lo, avg_hi),
             "p99 JCT h": p99 / HOUR, "p99 JCT 95% CI": ci_text(p99_lo, p99_hi),
             "avg queue h": m["avg_queue_s"] / HOUR, "makespan h": m["makespan_s"] / HOUR,
@@ -177,11 +177,11 @@ if results:
     cols = st.columns(len(rows))
     for col, row in zip(cols, rows, strict=True):
         col.metric(f"{row['policy']}: avg JCT", f"{row['avg JCT h']:.2f} h", help=f"95% CI: {row['avg JCT 95% CI']}")
-        col.caption(f"p99 {row['p99 JCT h']:.2f} h · OOM failures {row['OOM failures']:.1f}")
+        col.caption(f"p99 {row['p99 JCT h']:.2f} h · OOM failures {common.fmt_count(row['OOM failures'])}")
     st.dataframe(summary, hide_index=True, width="stretch", key="sim_summary", column_config={
         k: st.column_config.NumberColumn(format="%.2f") for k in
-        ("avg JCT h", "p99 JCT h", "avg queue h", "makespan h", "utilisation", "sched ms/decision", "OOM failures",
-         "completed")} | {"GPU-hours": st.column_config.NumberColumn(format="%.0f")})
+        ("avg JCT h", "p99 JCT h", "avg queue h", "makespan h", "utilisation", "sched ms/decision", "OOM failures")}
+        | {"GPU-hours": st.column_config.NumberColumn(format="%,.0f")})
 
     for left_spec, left_key, right_spec, right_key in (
             (charts.cdf_spec, "sim_cdf", charts.jct_bars_spec, "sim_jct_bars"),

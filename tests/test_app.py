@@ -816,3 +816,18 @@ def test_deepspeed_zero3_warns_that_its_recipe_under_predicts_the_held_out_gpu_p
     app.selectbox(key="tr_zero_stage").set_value(3).run()
     no_failure(app)
     assert any("23.8% low" in w.value for w in app.warning)
+
+
+@pytest.mark.parametrize(("value", "text"), [(3615.2, "3,615"), (362.4, "362"), (36.24, "36.2"), (7.054, "7.05"),
+                                            (0.1234, "0.123"), (99.96, "100"), (0.0, "0"), (float("nan"), "n/a"),
+                                            (1e12, "1,000,000,000,000")])
+def test_one_number_format_never_scientific_with_thousands_separators(value, text):
+    from pages.common import fmt_num
+
+    assert fmt_num(value) == text
+
+
+def test_counts_are_integers_unless_a_mean_over_seeds_is_not():
+    from pages.common import fmt_count
+
+    assert (fmt_count(60.0), fmt_count(86.6), fmt_count(1234)) == ("60", "86.6", "1,234")
