@@ -226,6 +226,11 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("memory", "_detailed", "0.0 * optimizer", "Mult -> Div"):
         "optimizer > 0 on every stage (every stage has parameters, LoRA adapters when lora_rank >= 1, and every "
         "optimizer keeps states: OPTIMIZER_STATE_BYTES > 0), finite (check_sizes bounds the sizes): 0 / x == 0 * x",
+    ("limits", "divisors", "n <= 0", "LtE -> Lt"):
+        "only n = 0 tells them apart, and for n = 0 the loop `while i * i <= n` never runs: both return []",
+    ("limits", "check_size", "len(text) * 4 > limit", "Gt -> GtE"):
+        "the test only picks how a str is measured: at len(text) * 4 == limit the UTF-8 size is at most 4 bytes per "
+        "character, so at most the limit, and len(text) is at most the limit too: neither path raises",
 }
 
 

@@ -291,3 +291,22 @@ def test_bounded_int_and_finite_float():
 
 def test_load_json_parses_ordinary_text():
     assert load_json('{"a": [1, 2]}', "x") == {"a": [1, 2]}
+
+
+def _nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_check_depth_accepts_exactly_the_limit_and_refuses_one_more():
+    """The outermost container is level 1: [[[]]] is 3 levels deep."""
+    from frenzy_core.limits import check_depth
+
+    check_depth(_nested(3), "f", limit=3)
+    check_depth({"a": {"b": []}}, "f", limit=3)
+    with pytest.raises(SpecError, match="more than 3 levels"):
+        check_depth(_nested(4), "f", limit=3)
+    with pytest.raises(SpecError, match="more than 3 levels"):
+        check_depth({"a": {"b": [[]]}}, "f", limit=3)
