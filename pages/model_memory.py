@@ -11,6 +11,7 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import CATALOG
 from frenzy_core.limits import (
+    DEFAULT_SAFETY_MARGIN,
     MAX_BATCH,
     MAX_DEEPSPEED_ELEMENTS,
     MAX_EXPERTS,
@@ -30,7 +31,8 @@ from frenzy_core.models import (
     make_model,
     parse_hf_config_text,
 )
-from frenzy_core.recipes import DEEPSPEED_ZERO3_HELD_OUT_ERROR
+from frenzy_core.frameworks import FRAMEWORKS, KNOWN, SWITCH_OWNERS
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.training import (
     Attention,
     BaseQuant,
@@ -67,12 +69,10 @@ TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "preci
                    "recompute_every", "loss_chunks", "offload", "lora_rank", "lora_targets", "base_quant", "fp8_linears",
                    "compile", "moe_grouped_gemm", "reduce_bucket_size", "stage3_max_live_parameters",
                    "stage3_max_reuse_distance")
-# Switches that belong to one stack (TrainingSpec refuses them under another): their widgets show for that framework
-# (and for unknown, whose band covers every recipe); hidden, they count as their default, so switching the framework
-# never leaves an error the user cannot reach (Streamlit drops a hidden widget's value: switching back starts it at
-# its default again).
-FRAMEWORK_ONLY = {"compile": "fsdp2", "moe_grouped_gemm": "megatron", "reduce_bucket_size": "deepspeed",
-                  "stage3_max_live_parameters": "deepspeed", "stage3_max_reuse_distance": "deepspeed"}
+# Switches that belong to one stack (frameworks.SWITCH_OWNERS; TrainingSpec refuses them under another): their
+# widgets show for that framework (and for unknown, whose band covers every recipe: `Framework.switches`); hidden,
+# they count as their default, so switching the framework never leaves an error the user cannot reach (Streamlit
+# drops a hidden widget's value: switching back starts it at its default again).
 SPLIT_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism))  # dp, tp, pp, cp, vp, ep, etp
 MOE_SPLIT = ("ep", "etp")  # shown for a model with experts; hidden they are 1 and 0 (= t)
 CUSTOM = "(config.json)"
@@ -127,7 +127,7 @@ def seed_training_widgets() -> None:
 
 def shown(field: str, framework: str) -> bool:
     """Whether a framework-only switch has a widget under `framework`."""
-    return FRAMEWORK_ONLY.get(field, framework) in (framework, "unknown")
+    return field not in SWITCH_OWNERS or field in get_framework(framework).switches
 
 
 def training_fields() -> dict:
@@ -206,6 +206,34 @@ if "hp_hidden_size" not in ss:
 if "tr_seq_len" not in ss:
     seed_training_widgets()
 
+
+SMALLEST_SPLIT_GPUS = 1024  # the one-type cluster the smallest split is searched on: 128 nodes of 8 GPUs
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def smallest_splits(model_json: str, training_json: str, gpu_jsons: tuple[str, ...]) -> dict[str, str]:
+    """Per GPU type, the fewest-GPU plan that fits (frenzy_core.plans.rank_plans with objective "gpus" on a cluster of
+    that type alone), as its label and per-GPU memory, or why none does."""
+    from frenzy_core.cluster import Cluster, Node
+    from frenzy_core.gpus import GPUType
+    from frenzy_core.plans import rank_plans
+
+    model, training = ModelSpec.model_validate_json(model_json), TrainingSpec.model_validate_json(training_json)
+    out = {}
+    for text in gpu_jsons:
+        g = GPUType.model_validate_json(text)
+        nodes = [Node(name=f"n{i}", gpu_type=g.name, num_gpus=8) for i in range(SMALLEST_SPLIT_GPUS // 8)]
+        try:
+            plans = rank_plans(model, training, Cluster(name="one-type", gpu_types=(g,), nodes=tuple(nodes)),
+                               objective="gpus").plans
+        except SpecError as err:
+            out[g.name] = f"none: {err.reason}"
+            continue
+        out[g.name] = (f"{plans[0].label().removeprefix(g.name + ' ')}, {common.gib(plans[0].memory_bytes):.1f} GiB"
+                       if len(plans)
+                       else f"none on up to {SMALLEST_SPLIT_GPUS:,} GPUs")
+    return out
+
 st.title("Model & memory")
 errors: list[tuple[str, Exception]] = []
 left, right = st.columns([1, 1.35], gap="large")
@@ -249,7 +277,7 @@ with left:
     c3.number_input("micro-batch", min_value=1, max_value=MAX_BATCH, step=1, key="tr_micro_batch",
                     help="samples per forward/backward; at most the global batch")
     s1, s2 = st.columns(2)  # choices two per row: three clip values such as "bf16-master" below 1,400 px
-    s1.selectbox("framework", get_args(Framework), key="tr_framework",
+    s1.selectbox("framework", list(FRAMEWORKS), key="tr_framework",
                  help="the training stack whose memory recipe applies (docs/memory.md, 'Framework recipes'); "
                       "unknown: the highest recipe, with the band over all of them")
     s2.selectbox("precision", get_args(Precision), key="tr_precision")
@@ -261,9 +289,9 @@ with left:
     s2.checkbox("distributed optimizer", key="tr_distributed_optimizer")
     s2.checkbox("sequence parallel", key="tr_sequence_parallel")
     framework = ss.tr_framework
+    switches = get_framework(framework).switches_label
     with st.expander("More training options: LoRA, offload, fp8, chunked loss, checkpoint stride"
-                     + {"fsdp2": ", compile", "megatron": ", grouped GEMM", "deepspeed": ", ZeRO buffer sizes",
-                        "unknown": ", stack switches"}.get(framework, "")):
+                     + (f", {switches}" if switches else "")):
         e1, e2 = st.columns(2)
         e1.number_input("LoRA rank", min_value=0, max_value=MAX_HIDDEN, step=8, key="tr_lora_rank",
                         help="PEFT LoRA: the base model is frozen and only rank-r adapters train; 0 = full training")
@@ -365,18 +393,16 @@ with right:
     b.metric("Paper's formula", f"{common.fmt_num(paper[1])} GiB",
              help=f"{paper[1]:,.3f} GiB: Frenzy paper (arXiv 2412.14479), Sec. IV-A")
     low, high = result["band"]
-    band = f"Across the framework recipes (pytorch, hf, megatron, fsdp2, deepspeed): {low:.2f}-{high:.2f} GiB."
+    band = f"Across the framework recipes ({', '.join(KNOWN)}): {low:.2f}-{high:.2f} GiB."
     st.caption(f"**{m.name}**: {common.fmt_params(m.parameter_count())} parameters ({m.parameter_count():,}). "
                f"Detailed peak ({t.framework} recipe) during **{detailed[2]}**. {band}")
     if positions := beyond_trained_positions(m, t.seq_len):
         st.warning(common.md_escape(positions[0].upper() + positions[1:] + "."), icon=":material/warning:")
-    if t.framework == "deepspeed" and t.zero_stage == 3 and p.dp > 1:
-        st.warning("DeepSpeed ZeRO-3 is the least validated recipe: its gathered-parameter window matches real "
-                   "DeepSpeed run on CPU ranks, but against the one published GPU peak held out for testing "
-                   f"(DeepSpeedExamples, 6.86B on 4 GPUs) it predicts {-DEEPSPEED_ZERO3_HELD_OUT_ERROR:.1%} low. "
-                   "Keep more headroom than the figure suggests (docs/memory.md, 'What real DeepSpeed keeps "
-                   "gathered').", icon=":material/warning:")
-    if t.framework == "unknown":
+    fw = get_framework(t.framework)
+    caveat = fw.memory_caveat(t, p)  # e.g. DeepSpeed ZeRO-3's held-out error (frameworks/deepspeed.py)
+    if caveat:
+        st.warning(caveat, icon=":material/warning:")
+    if fw.is_band:
         st.warning(f"Framework unknown: the planner uses the highest recipe ({high:.2f} GiB); the real peak lies in "
                    f"{low:.2f}-{high:.2f} GiB depending on the stack. Pick the framework to narrow it.")
 
@@ -401,11 +427,17 @@ with right:
         st.caption("No memory to chart for this setup.")
     else:
         st.plotly_chart(fig, key="memory_chart", width="stretch", config=charts.config("memory"))
+    smallest = smallest_splits(m.model_dump_json(), t.model_dump_json(),
+                               tuple(g.model_dump_json() for g in gpus))
     st.table([{"GPU": g.name, "memory GiB": f"{common.gib(g.memory_bytes):.1f}",
                "headroom GiB (detailed)": f"{common.gib(g.memory_bytes) - detailed[1]:.2f}",
-               "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗"} for g in gpus])
+               "fits": "✓" if detailed[1] <= common.gib(g.memory_bytes) else "✗",
+               "smallest split that fits": smallest[g.name]} for g in gpus])
     st.caption("Capacity is the GPU's nominal memory; the Plans page also keeps a safety margin free. "
-               "Detailed = component model with the most loaded pipeline stage; paper = Frenzy's closed form.")
+               "Detailed = component model with the most loaded pipeline stage; paper = Frenzy's closed form. "
+               "Smallest split: the plan with the fewest GPUs of that type (any d, t, p, cp, micro-batch) that fits "
+               f"with the Plans page's default {DEFAULT_SAFETY_MARGIN:.0%} safety margin, on up to "
+               f"{SMALLEST_SPLIT_GPUS:,} GPUs in 8-GPU nodes.")
     # the formulas sit in a popover (drawn only when opened) so the page and its memory updates stay fast
     with st.popover("What each term is (formulas, docs/memory.md)", icon=":material/function:"):
         st.markdown("| term | detailed GiB | paper GiB | what it is |\n|---|---:|---:|---|\n" + "\n".join(

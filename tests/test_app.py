@@ -831,3 +831,24 @@ def test_counts_are_integers_unless_a_mean_over_seeds_is_not():
     from pages.common import fmt_count
 
     assert (fmt_count(60.0), fmt_count(86.6), fmt_count(1234)) == ("60", "86.6", "1,234")
+
+
+def test_the_memory_page_names_the_smallest_split_that_fits_on_each_gpu_type(app):
+    """llama-2-7b (bf16 weights alone 12.6 GiB, 16 bytes a parameter of model states: ~100 GiB): one GPU holds it on
+    none of the sample cluster's types; the page's split is rank_plans' fewest-GPU plan on that type alone and fits
+    within the 10% margin."""
+    from frenzy_core.cluster import Cluster, Node
+    from frenzy_core.plans import rank_plans
+
+    open_page(app, "pages/model_memory.py")
+    app.selectbox(key="zoo_pick").set_value("llama-2-7b").run()
+    no_failure(app)
+    table = app.table[0].value
+    ss = app.session_state
+    for _, row in table.iterrows():
+        g = ss.cluster.gpu(row["GPU"])
+        one = Cluster(name="one", gpu_types=(g,), nodes=tuple(Node(name=f"n{i}", gpu_type=g.name, num_gpus=8)
+                                                              for i in range(128)))
+        best = rank_plans(ss.model, ss.training, one, objective="gpus").plans[0]
+        assert row["smallest split that fits"].startswith(best.label().removeprefix(g.name + " "))
+        assert best.num_gpus > 1 and best.memory_bytes <= 0.9 * g.memory_bytes
