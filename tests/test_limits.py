@@ -310,3 +310,18 @@ def test_check_depth_accepts_exactly_the_limit_and_refuses_one_more():
         check_depth(_nested(4), "f", limit=3)
     with pytest.raises(SpecError, match="more than 3 levels"):
         check_depth({"a": {"b": [[]]}}, "f", limit=3)
+
+
+def test_a_missing_path_is_named_as_typed_up_to_200_characters_then_cut():
+    """A printable path of at most 200 characters appears as typed; a longer one is cut by short_repr (quoted,
+    ending in ...), so the message never grows with the input."""
+    from frenzy_core.limits import open_user_file
+
+    exact = "/nonexistent/" + "p" * (200 - len("/nonexistent/"))
+    with pytest.raises(SpecError) as err:
+        open_user_file(exact, "spec", "a spec")
+    assert err.value.reason == f"file not found: {exact}"
+    longer = exact + "q"
+    with pytest.raises(SpecError) as err:
+        open_user_file(longer, "spec", "a spec")
+    assert err.value.reason.startswith("file not found: '/nonexistent/") and err.value.reason.endswith("...")
