@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from frenzy_core.errors import SpecError
+from frenzy_core.frameworks import FRAMEWORKS
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_FLAG_INT, MAX_REPORTED_SKIPS
 
 EXIT_BAD_INPUT = 2
@@ -120,8 +122,7 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
                        help=f"DeepSpeed zero_optimization.{flag.replace('-', '_')} in elements (framework deepspeed; "
                             f"0: DeepSpeed's default {default})")
     p.add_argument("--method", default="detailed", choices=["detailed", "paper"], help="memory method")
-    p.add_argument("--framework", default="pytorch",
-                   choices=["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"],
+    p.add_argument("--framework", default="pytorch", choices=list(FRAMEWORKS),
                    help="training stack whose memory recipe applies (unknown: the band over all; docs/memory.md)")
     if split:
         p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
@@ -150,7 +151,7 @@ def _training(args, dp: int = 1):
     global_batch = args.global_batch if args.global_batch is not None else micro_batch * dp
     return make_training(
         seq_len=args.seq_len, global_batch=global_batch, micro_batch=micro_batch,
-        precision=args.precision or ("bf16-master" if args.framework == "megatron" else "amp"),
+        precision=args.precision or get_framework(args.framework).default_precision,
         optimizer=args.optimizer, zero_stage=args.zero, distributed_optimizer=args.distributed_optimizer,
         attention=args.attention, dropout=args.dropout, recompute=args.recompute,
         sequence_parallel=args.sequence_parallel, framework=args.framework,
@@ -216,7 +217,7 @@ def cmd_memory(args) -> int:
     _warn_positions(model, training)
     mem = predict_memory(model, training, par, method=args.method)
     band = None
-    if training.framework == "unknown" and args.method == "detailed":
+    if get_framework(training.framework).is_band and args.method == "detailed":
         from frenzy_core.memory import predict_memory_band
 
         band = [r.total_bytes for r in predict_memory_band(model, training, par)]

@@ -65,16 +65,18 @@ import yaml
 
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.frameworks import FRAMEWORKS
+from frenzy_core.frameworks.fsdp2 import titan_experts_fit
 from frenzy_core.limits import DEFAULT_TOKENS, short_repr
 from frenzy_core.models import ModelSpec
 from frenzy_core.packing import ClusterIndex, place
-from frenzy_core.plans import Plan, titan_experts_fit
+from frenzy_core.plans import Plan
 from frenzy_core.training import TrainingSpec, check_pipeline_layout
 
 FORMATS = ("megatron", "deepspeed", "torchtitan", "accelerate", "slurm", "kubernetes")
-# The export a framework's users reach for first (TrainingSpec.framework, where the training spec has one).
-FRAMEWORK_EXPORT = {"megatron": "megatron", "deepspeed": "deepspeed", "fsdp2": "torchtitan", "hf": "accelerate",
-                    "pytorch": "slurm"}
+# The export a framework's users reach for first (TrainingSpec.framework, where the training spec has one): each
+# stack's `Framework.export_format` (frenzy_core.frameworks).
+FRAMEWORK_EXPORT = {name: fw.export_format for name, fw in FRAMEWORKS.items() if fw.export_format}
 RDZV_PORT = 29500  # torchrun's default master port
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"  # NGC PyTorch container: torch, NCCL and torchrun
 DEFAULT_SCRIPT = "pretrain_gpt.py"  # Megatron-LM's GPT pre-training entry point

@@ -25,11 +25,11 @@ import numpy as np
 from pydantic import ValidationError
 
 from frenzy_core.errors import SpecError
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.models import ModelSpec
 from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, block_recipe, get_recipe, run_recipe
 from frenzy_core.training import (
     DEEPSPEED_FIELDS,
-    UNKNOWN_FRAMEWORK,
     Parallelism,
     PrecisionSetup,
     TrainingSpec,
@@ -183,7 +183,7 @@ def predict_memory(
     _check_method(method)
     check_parallelism(model, training, par)
     check_sizes(model, training)
-    if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
+    if get_framework(training.framework).is_band and method == "detailed":
         return predict_memory_band(model, training, par, overhead)[1]
     dp, tp, pp, b = (np.asarray(v, dtype=np.int64) for v in (par.dp, par.tp, par.pp, training.micro_batch))
     parts, phase = _evaluate(model, training, dp, tp, pp, b, method, overhead, par.cp, par.vp, par.ep, par.etp,
@@ -260,7 +260,7 @@ def predict_memory_totals(
     _check_method(method)
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in (dp, tp, pp, micro_batch)))
     check_sizes(model, training, micro_batch=int(np.max(arrays[3])) if arrays[3].size else None)
-    if training.framework == UNKNOWN_FRAMEWORK and method == "detailed":
+    if get_framework(training.framework).is_band and method == "detailed":
         return np.max(
             [
                 predict_memory_totals(model, spec, *arrays, method, overhead, cp, vp, ep, etp, first_stage_layers,
@@ -279,8 +279,8 @@ def _known_frameworks(training: TrainingSpec) -> list[TrainingSpec]:
     specs = []
     for name in FRAMEWORKS:
         fields = {**training.model_dump(), "framework": name}
-        if name != "deepspeed":  # DeepSpeed's own buffer sizes mean nothing to the other stacks
-            fields.update(dict.fromkeys(DEEPSPEED_FIELDS, 0))
+        # DeepSpeed's own buffer sizes mean nothing to the other stacks
+        fields.update(dict.fromkeys((f for f in DEEPSPEED_FIELDS if f not in get_framework(name).switches), 0))
         try:
             specs.append(TrainingSpec(**fields))
         except ValidationError:
@@ -1251,6 +1251,6 @@ def op_sac_layer_activations(
 
 def effective_zero_stage(training: TrainingSpec) -> int:
     """The ZeRO stage a framework runs: FSDP2's fully_shard is ZeRO-3 (zero_stage 0 means its default)."""
-    if training.framework == "fsdp2" and training.zero_stage == 0:
+    if get_framework(training.framework).fully_shards and training.zero_stage == 0:
         return 3
     return training.zero_stage

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.gpus import GPUType
 from frenzy_core.models import ModelSpec
 from frenzy_core.training import (
@@ -237,24 +238,24 @@ def attended_keys(model: ModelSpec, training: TrainingSpec) -> float:
 # --- step time ------------------------------------------------------------------------------------------------------
 def comm_overlaps(training: TrainingSpec) -> tuple[bool, bool]:
     """(data-parallel, tensor-parallel) communication overlapped with compute: the TrainingSpec switches, else the
-    framework's default.
+    stack's default (`Framework.dp_overlap_default` / `tp_overlap_default`, each cited in its module of
+    frenzy_core.frameworks).
 
-    data parallel:   megatron on (Megatron-Bridge / NeMo recipes set ddp overlap_grad_reduce and
-                     overlap_param_gather); fsdp2 on (FSDP2's implicit prefetch always runs); ZeRO-3 on (FSDP1's
-                     backward prefetch; DeepSpeed's overlap_comm defaults to stage == 3, deepspeed/runtime/zero/
-                     config.py overlap_comm_valid); otherwise off: DeepSpeed ZeRO-1/2's default, and plain DDP,
-                     whose measured link efficiencies (Sia's sync_time, gpus.py) already are exposed time.
-    tensor parallel: megatron with sequence parallelism on (the recipes' tp_comm_overlap; TE's userbuffers need
-                     sequence parallelism); otherwise off (torchtitan's AsyncTP is opt-in).
+    data parallel:   megatron on (ddp overlap_grad_reduce / overlap_param_gather); fsdp2 on (implicit prefetch);
+                     ZeRO-3 on (FSDP1's backward prefetch, DeepSpeed's overlap_comm); otherwise off: DeepSpeed
+                     ZeRO-1/2's default, and plain DDP, whose measured link efficiencies (Sia's sync_time, gpus.py)
+                     already are exposed time.
+    tensor parallel: megatron with sequence parallelism on (TE userbuffers); otherwise off (AsyncTP is opt-in).
 
     >>> comm_overlaps(TrainingSpec(framework="megatron", sequence_parallel=True)), comm_overlaps(TrainingSpec())
     ((True, True), (False, False))
     """
+    fw = get_framework(training.framework)
     dp, tp = training.overlap_dp_comm, training.tp_comm_overlap
     if dp is None:
-        dp = training.framework in ("megatron", "fsdp2") or training.zero_stage == 3
+        dp = fw.dp_overlap_default(training)
     if tp is None:
-        tp = training.framework == "megatron" and training.sequence_parallel
+        tp = fw.tp_overlap_default(training)
     return bool(dp), bool(tp)
 
 
@@ -535,7 +536,7 @@ def _components(
     #   (MEGATRON_BUCKET_*) of each cannot hide.
     if not overlap_dp:
         dp_comm_s = dp_raw_s
-    elif training.zero_stage == 3 or training.framework == "fsdp2":
+    elif get_framework(training.framework).gathers_each_layer(training):
         unhideable_s = dp_raw_s / np.maximum(layers, 1.0)
         dp_comm_s = unhideable_s + np.maximum(0.0, dp_raw_s - unhideable_s - compute_s)
     else:

@@ -37,6 +37,7 @@ import pandas as pd
 
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, divisors
 from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
 from frenzy_core.models import ModelSpec
@@ -268,27 +269,16 @@ def within_scaling_floor(plans: Sequence[Plan], floor: float = DEFAULT_SCALING_F
 # K/V passes behind the attention compute only for long chunks (torchtitan's and Megatron's published CP runs hold
 # 8k-32k tokens per rank), and it keeps the grid small for ordinary sequences (2,048-4,096 tokens: cp = 1 only).
 MIN_CP_TOKENS = 4096
-# Stacks whose context parallelism is ring attention (what memory.py and perf.py model): Megatron-Core
-# (--context-parallel-size), torchtitan (context_parallel_degree), and our own decoder. DeepSpeed's Ulysses sequence
-# parallelism is a different all-to-all scheme; Hugging Face Trainer has none.
-CP_FRAMEWORKS = ("pytorch", "megatron", "fsdp2", "unknown")
 
 
 def context_parallel_sizes(training: TrainingSpec, max_gpus: int) -> np.ndarray:
     """The cp the planner tries: 1, and every cp <= max_gpus with seq_len a multiple of 2 cp (load-balanced chunks)
-    and at least MIN_CP_TOKENS tokens per rank, under a framework with ring attention."""
+    and at least MIN_CP_TOKENS tokens per rank, under a framework with ring attention (`Framework.supports_cp`)."""
     s = training.seq_len
-    if training.framework not in CP_FRAMEWORKS:
+    if not get_framework(training.framework).supports_cp:
         return np.array([1], dtype=np.int64)
     return np.array([c for c in divisors(s // 2) if c == 1 or (s // c >= MIN_CP_TOKENS and c <= max_gpus)]
                     if s % 2 == 0 else [1], dtype=np.int64)
-
-
-# Stacks with an interleaved pipeline schedule the exports can launch: Megatron-Core
-# (--num-layers-per-virtual-pipeline-stage) and torchtitan (pipeline_parallel_schedule "Interleaved1F1B"); unknown
-# covers them. DeepSpeed's pipeline engine and Hugging Face have none, and plain PyTorch (`pytorch`) gets no
-# schedule from us to launch it with.
-VP_FRAMEWORKS = ("megatron", "fsdp2", "unknown")
 
 
 def interleaving_allowed(num_layers: int, p, v, m):
@@ -298,19 +288,12 @@ def interleaving_allowed(num_layers: int, p, v, m):
     return (v == 1) | ((p > 1) & (num_layers % (p * v) == 0) & (m % p == 0))
 
 
-def titan_experts_fit(num_experts: int, shard, t, c, e):
-    """Where torchtitan takes expert degree e x t (parallel_dims.py `_validate` at b5bcd76: it keeps experts whole and
-    borrows EP ranks from dp_shard x cp x tp): e x t divides the experts and dp_shard x cp x t, i.e. e divides
-    dp_shard x cp."""
-    return (num_experts % (e * t) == 0) & ((shard * c) % e == 0)
-
-
 def virtual_pipeline_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
-    """The vp the planner tries: 1, and under an interleaving stack every divisor of num_layers (rank_plans keeps
+    """The vp the planner tries: 1, and under an interleaving stack (`Framework.supports_vp`) every divisor of num_layers (rank_plans keeps
     vp > 1 only where p > 1, the stages hold whole chunks of vp (p x vp dividing the layers, or Megatron's uneven
     rule: `training.pipeline_layout_problem`) and the micro-batches m are a multiple of p, as Megatron's interleaved
     schedule requires: schedules.py, microbatch_group_size_per_vp_stage = p)."""
-    if training.framework not in VP_FRAMEWORKS:
+    if not get_framework(training.framework).supports_vp:
         return np.array([1], dtype=np.int64)
     return _divisors(model.num_layers)
 
@@ -324,14 +307,11 @@ VP_TOLERANCE = 0.01
 # models price the same (issue 19: gpt2-xl's micro-batches 1 to 12 all take 2.668 s on one A100); where speeds tie,
 # the plan with the smaller per-GPU memory (more headroom) wins, here and in the final ranking.
 SPEED_RTOL = 1e-9
-# Stacks that take Megatron's uneven first / last stages (--decoder-first/last-pipeline-num-layers); unknown covers
-# Megatron. torchtitan has its own (lighter first / last stage) knobs but not Megatron's rule: not enumerated.
-UNEVEN_FRAMEWORKS = ("megatron", "unknown")
 
 
 def pipeline_layouts(model: ModelSpec, training: TrainingSpec, max_stages: int) -> np.ndarray:
     """The (p, vp, first, last, rank) rows the planner tries, int64, p <= max_stages: p dividing the layers with the
-    even split (0, 0), and under Megatron (UNEVEN_FRAMEWORKS) every (first, last) of `uneven_stage_options(l, p, vp)`
+    even split (0, 0), and under Megatron (`Framework.supports_uneven_stages`) every (first, last) of `uneven_stage_options(l, p, vp)`
     (first / last stages up to UNEVEN_LIGHTER_LAYERS lighter than the middle ones, so p divides one of l .. l + 4).
     `rank` orders a (p, vp)'s layouts evenest first (the order uneven_stage_options gives); layouts that put the same
     layers on the first and last stage as one listed before are left out.
@@ -344,7 +324,7 @@ def pipeline_layouts(model: ModelSpec, training: TrainingSpec, max_stages: int) 
     [1, 2, 3, 4, 6, 12]
     """
     rows = _layouts(model.num_layers, tuple(int(v) for v in virtual_pipeline_sizes(model, training)),
-                    training.framework in UNEVEN_FRAMEWORKS, min(model.num_layers, max_stages))
+                    get_framework(training.framework).supports_uneven_stages, min(model.num_layers, max_stages))
     return np.array(rows, dtype=np.int64).reshape(-1, 5)
 
 
@@ -444,19 +424,19 @@ def _tie_ranks(values: np.ndarray, rtol: float = SPEED_RTOL) -> np.ndarray:
 
 def ep_allowed(model: ModelSpec, training: TrainingSpec, d, t, c, e):
     """Where expert parallelism e fits the split (numpy arrays or ints): carved out of d x cp (Megatron, etp = t:
-    etp x ep divides tp x dp x cp). torchtitan (fsdp2) keeps experts whole and takes its EP ranks from
-    dp_shard x cp x tp (parallel_dims.py `_validate` at b5bcd76): its degree ep x t must divide the experts and
-    dp_shard x cp x t, with dp_shard = d when the parameters are sharded, else 1."""
+    etp x ep divides tp x dp x cp), and the stack's own rule where it has one (`Framework.experts_fit`: torchtitan
+    keeps experts whole and takes its EP ranks from dp_shard x cp x tp, frameworks/fsdp2.py)."""
     ok = (d * c) % e == 0
-    if training.framework == "fsdp2":
-        ok = ok & ((e == 1) | titan_experts_fit(model.num_experts, d if training.zero_stage >= 1 else 1, t, c, e))
+    experts_fit = get_framework(training.framework).experts_fit
+    if experts_fit is not None:
+        ok = ok & experts_fit(model, training, d, t, c, e)
     return ok
 
 
 def expert_parallel_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarray:
-    """The ep the planner tries: every divisor of num_experts for an MoE model, else 1. Hugging Face Trainer /
-    accelerate has no expert parallelism (each rank holds every expert), so framework hf keeps ep = 1."""
-    if not model.is_moe or training.framework == "hf":
+    """The ep the planner tries: every divisor of num_experts for an MoE model under a stack with expert
+    parallelism (`Framework.supports_ep`; Hugging Face accelerate has none: each rank holds every expert), else 1."""
+    if not model.is_moe or not get_framework(training.framework).supports_ep:
         return np.array([1], dtype=np.int64)
     return _divisors(model.num_experts)
 
@@ -595,7 +575,7 @@ def rank_plans(
     largest_usable = max(table[n].memory_bytes for n in names) * (1.0 - safety_margin)
     alive = np.ones(len(starts), dtype=bool)
     mem_all = np.full(len(chain), np.nan)
-    low, high = 0, (len(chain) + 1 if training.framework == "unknown" else 1)  # unknown: all rows in one call
+    low, high = 0, (len(chain) + 1 if get_framework(training.framework).is_band else 1)  # unknown: all rows at once
     while True:
         batch = np.flatnonzero((position >= low) & (position < high) & alive[chain])
         if not len(batch):

@@ -13,7 +13,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error
+from frenzy_core.frameworks import FRAMEWORKS, switch_owner
+from frenzy_core.frameworks.deepspeed import ZERO_OPTIMIZATION_FIELDS
 from frenzy_core.limits import MAX_PARALLEL, TRAINING_LIMITS, check_upper_limits, short_repr
+from frenzy_core.precision import PRECISIONS, PrecisionSetup
+
+__all__ = ["PRECISIONS", "PrecisionSetup"]  # re-exported from frenzy_core.precision, where they live
 
 Precision = Literal["amp", "bf16-master", "bf16", "fp32"]
 Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd"]
@@ -27,45 +32,9 @@ BaseQuant = Literal["none", "nf4", "nf4-dq"]
 # selective AC as torchtitan's selective_ac_option="op": matmul and attention outputs kept, the rest recomputed)
 Recompute = Literal["none", "selective", "full", "op-sac"]
 Attention = Literal["eager", "flash"]
-# The training stack whose memory recipe applies (frenzy_core.recipes); "unknown": the band over all of them.
-Framework = Literal["pytorch", "hf", "megatron", "fsdp2", "deepspeed", "unknown"]
-UNKNOWN_FRAMEWORK = "unknown"
+# The training stack (frenzy_core.frameworks, the registry's names); "unknown": the band over all of them.
+FrameworkName = Literal[tuple(FRAMEWORKS)]
 
-
-@dataclass(frozen=True)
-class PrecisionSetup:
-    """Bytes per parameter of one precision recipe, each part named.
-
-    `amp` (PyTorch autocast, foreach AdamW) = 4 param + 4 grad + 4 exp_avg + 4 exp_avg_sq = 16 persistent bytes,
-    plus a 2-byte bf16 weight copy that autocast caches during forward/backward and a 4-byte foreach temporary inside
-    `optimizer.step()` (docs/memory.md, "The peak moves": exactly 20 bytes per parameter inside the step).
-    `bf16-master` (Megatron-LM, arXiv 1909.08053 + 2205.05198): 2 bf16 param + 4 fp32 main grad + 4 master weight
-    + 4 + 4 Adam states = 18 bytes (the "18 bytes per parameter" of Megatron's distributed-optimizer docs).
-    """
-
-    name: str
-    param_bytes: int  # the parameter tensors the model holds
-    grad_bytes: int  # the gradient each parameter accumulates into
-    master_bytes: int  # an fp32 master copy kept by the optimizer (0 when params are already fp32)
-    compute_copy_bytes: int  # low-precision weight copies cached by autocast during forward/backward
-    activation_bytes: int  # bytes per activation element for matmul outputs (2 for bf16/fp16, 4 for fp32)
-    residual_bytes: int  # bytes per element of the residual stream (fp32 under amp: params are fp32)
-    compute_dtype: str  # "bf16" or "fp32": which peak TFLOP/s the GPU delivers
-    state_element_bytes: int = 4  # bytes per optimizer-state element (fp32; 2 when the states are bf16 too)
-
-    @property
-    def model_state_bytes(self) -> int:
-        """Persistent bytes per parameter before optimizer states: param + grad + master."""
-        return self.param_bytes + self.grad_bytes + self.master_bytes
-
-
-PRECISIONS: dict[str, PrecisionSetup] = {
-    "amp": PrecisionSetup("amp", 4, 4, 0, 2, 2, 4, "bf16"),
-    "bf16-master": PrecisionSetup("bf16-master", 2, 4, 4, 0, 2, 2, "bf16"),
-    # pure bf16: bf16 params, grads and Adam states, no master (torchtitan/torchtune dtype=bfloat16 training)
-    "bf16": PrecisionSetup("bf16", 2, 2, 0, 0, 2, 2, "bf16", state_element_bytes=2),
-    "fp32": PrecisionSetup("fp32", 4, 4, 0, 0, 4, 4, "fp32"),
-}
 
 # Optimizer state bytes per parameter: AdamW keeps exp_avg and exp_avg_sq in fp32 (4 + 4); SGD with momentum 4.
 # bitsandbytes AdamW8bit (bitsandbytes/optim/optimizer.py Optimizer8bit.init_state, block-wise): two uint8 states
@@ -78,7 +47,7 @@ OPTIMIZER_STATE_BYTES: dict[str, float] = {"adamw": 8, "adamw-fused": 8, "adamw-
 OPTIMIZER_TRANSIENT_BYTES: dict[str, int] = {"adamw": 4, "adamw-fused": 0, "adamw-8bit": 0, "sgd": 0}
 
 
-DEEPSPEED_FIELDS = ("reduce_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance")
+DEEPSPEED_FIELDS = ZERO_OPTIMIZATION_FIELDS  # frenzy_core.frameworks.deepspeed: only that stack reads them
 
 
 class TrainingSpec(BaseModel):
@@ -97,7 +66,7 @@ class TrainingSpec(BaseModel):
     sequence_parallel: bool = False  # Megatron SP: norms and dropouts split over t too (Korthikanti et al. 2022)
     attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
     dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
-    framework: Framework = "pytorch"  # whose code runs the step: pytorch, hf, megatron, fsdp2, deepspeed, unknown
+    framework: FrameworkName = "pytorch"  # whose code runs the step: pytorch, hf, megatron, fsdp2, deepspeed, unknown
     recompute_every: int = 1  # with recompute full / op-sac: checkpoint every k-th layer only (torchtitan ac_freq)
     loss_chunks: int = 1  # cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)
     offload: Offload = "none"  # CPU offload of optimizer states (+ grads), or of the parameters too
@@ -140,35 +109,28 @@ class TrainingSpec(BaseModel):
         for field in ("recompute_every", "loss_chunks"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
-        if self.offload == "params" and self.zero_stage != 3 and self.framework != "fsdp2":
+        fw = FRAMEWORKS[self.framework]  # the stack's capabilities and messages (frenzy_core.frameworks)
+        if self.offload == "params" and self.zero_stage != 3 and not fw.fully_shards:
             raise ValueError("offload params gathers layers as ZeRO-3 does: use zero_stage 3 (or framework fsdp2)")
-        if self.framework == "megatron" and self.loss_chunks > 1:
-            raise ValueError("megatron's vocab-parallel loss is not chunked: use loss_chunks 1")
-        if self.framework == "megatron" and self.precision == "amp":
-            raise ValueError("megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32")
-        if self.compile and self.framework not in ("fsdp2", UNKNOWN_FRAMEWORK):
-            raise ValueError(
-                f"compile models torchtitan's per-block torch.compile: use framework fsdp2, got {self.framework}"
-            )
-        if self.moe_grouped_gemm and self.framework not in ("megatron", "unknown"):
-            raise ValueError(
-                f"moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {self.framework}"
-            )
+        if self.loss_chunks > 1 and not fw.supports_chunked_loss:
+            raise ValueError(fw.chunked_loss_refusal)
+        if self.precision == "amp" and not fw.supports_amp:
+            raise ValueError(fw.amp_refusal)
+        for field in ("compile", "moe_grouped_gemm"):  # another stack's switch
+            if getattr(self, field) and field not in fw.switches:
+                raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
         for field in DEEPSPEED_FIELDS:
             value = getattr(self, field)
             if value < 0:
                 raise ValueError(f"{field} must be 0 (DeepSpeed's default) or a positive number of elements, got {value}")
-            if value and self.framework not in ("deepspeed", UNKNOWN_FRAMEWORK):
-                raise ValueError(f"{field} is a DeepSpeed zero_optimization setting: use framework deepspeed (or leave "
-                                 f"it 0), got framework {self.framework}")
+            if value and field not in fw.switches:
+                raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
         if self.compile and self.moe_grouped_gemm:
             raise ValueError("compile (torchtitan, fsdp2) and moe_grouped_gemm (Megatron) belong to different stacks")
         if self.moe_grouped_gemm and self.precision == "amp":
             raise ValueError("moe_grouped_gemm runs in Megatron, which has no autocast mode: use precision bf16-master")
-        if self.framework == "fsdp2" and self.zero_stage in (1, 2):
-            raise ValueError(
-                f"fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {self.zero_stage}"
-            )
+        if self.zero_stage not in fw.zero_stages:
+            raise ValueError(fw.zero_stage_refusal.format(zero_stage=self.zero_stage))
         return self
 
     @property

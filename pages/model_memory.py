@@ -9,6 +9,8 @@ from typing import get_args
 import streamlit as st
 
 from frenzy_core.errors import SpecError
+from frenzy_core.frameworks import FRAMEWORKS, KNOWN, SWITCH_OWNERS
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.gpus import CATALOG
 from frenzy_core.limits import (
     DEFAULT_SAFETY_MARGIN,
@@ -31,12 +33,9 @@ from frenzy_core.models import (
     make_model,
     parse_hf_config_text,
 )
-from frenzy_core.frameworks import FRAMEWORKS, KNOWN, SWITCH_OWNERS
-from frenzy_core.frameworks import get as get_framework
 from frenzy_core.training import (
     Attention,
     BaseQuant,
-    Framework,
     LoraTargets,
     Offload,
     Optimizer,

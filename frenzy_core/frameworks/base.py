@@ -1,0 +1,150 @@
+"""What one training stack is to the planner: its memory recipe, its speed terms, what it can run, its refusals.
+
+A `Framework` is a frozen value; each stack's module (pytorch, hf, megatron, fsdp2, deepspeed, and unknown, the band
+over them) builds one, and frenzy_core.frameworks registers them. Code outside this package asks the value
+(`fw.supports_cp`, `fw.dp_overlap_default(training)`, `fw.recipe`), never the name.
+
+A `Recipe` is the memory half: the terms where a stack keeps a tensor alive that the plain-PyTorch model counts
+differently (docs/memory.md, "Framework recipes"). Everything the stacks share (weights, Adam states, saved linear
+inputs, flash attention, the 1F1B schedule) lives once in frenzy_core.memory. No term is fitted to a measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from frenzy_core.errors import SpecError
+from frenzy_core.limits import DEFAULT_TOKENS
+from frenzy_core.precision import PRECISIONS, PrecisionSetup
+
+FP32_BYTES, BF16_BYTES, MASK_BYTES = 4, 2, 1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The terms of one framework that differ from the plain-PyTorch model (docs/memory.md, "Framework recipes")."""
+
+    name: str
+    describes: str  # the stack, in words
+    loss_bytes_per_logit: int  # alive while the loss' backward runs, per logit element of the micro-batch
+    fused_softmax: bool  # eager attention saves compute-dtype probabilities (fused scale-mask-softmax), no fp32 copy
+    autocast: bool  # autocast caches a compute-dtype copy of each weight (False: the params are the compute dtype)
+    residual_in_compute_dtype: bool  # the residual stream is in the compute dtype (params cast before forward)
+    separate_projections: bool  # q/k/v and gate/up are separate Linears: under autocast each casts its input
+    unfused_rmsnorm: bool  # RMSNorm written as x * rsqrt(mean(x^2)) then * weight: saves an fp32 normalised copy
+    unfused_gelu_tanh: bool  # GPT-2's gelu_new as a Python formula: pow, tanh, mul each save a tensor
+    gpt2_softmax_in_input_dtype: bool  # GPT-2 eager attention: softmax(dim=-1) without dtype: bf16 without autocast
+    zero3_gathered_layers: int  # layers whose unsharded parameters exist at once under ZeRO-3 / FSDP
+    root_unit_unsharded: bool  # FSDP2's root unit (embedding, final norm, head) stays unsharded through backward
+    grads_alive_at_peak: bool  # the (sharded) gradients of the previous step or micro-batch are counted at the peak
+    reduce_bucket_elements: int  # DeepSpeed's contiguous gradient bucket (param dtype), 0 for the others
+    max_live_parameters: int  # DeepSpeed ZeRO-3 caps gathered parameters at this many elements (0: no cap)
+    max_reuse_distance: int = 0  # DeepSpeed ZeRO-3: parameters reused within this many elements stay gathered
+    fp32_router_input: bool = False  # the MoE router casts its input to fp32 first (HF DeepSeek-V2/V3 routers)
+    zero3_layers_at_loss: int = 0  # layers unsharded while the loss' backward runs (0: zero3_gathered_layers)
+    side_stream_pools: bool = False  # FSDP2: sharded grads and all-gather buffers live in side-stream pools
+    repeat_kv_copies: bool = False  # k and v widened to every head (expand + reshape copies) before SDPA saves them
+    pipeline_keeps_blocks_unsharded: bool = False  # with p > 1 every block of the stage stays gathered all step
+    # Megatron-Core MoE (megatron/core/transformer/moe at d98e8a64; docs/memory.md "MoE (Megatron)"):
+    moe_probs_in_experts: bool = False  # experts scale their activation by the routing prob; unpermute gets no probs
+    moe_allgather_dispatcher: bool = False  # MoEAllGatherTokenDispatcher: global gather buffer, per-layer local maps
+    # DeepSpeed ZeRO's step flattens this rank's gradient partition (a param-dtype copy) and casts it to fp32 for the
+    # optimizer (stage_1_and_2.py step(); stage3.py _prepare_fp32_grad_for_sub_group)
+    zero_fp32_grad_partition: bool = False
+    zero12_grads_freed_in_step: bool = False  # ZeRO-1/2 free every gradient in step(): a new step starts with none
+    zero3_persistent_bucket: bool = False  # ZeRO-3 allocates its gradient bucket once, alive through the step too
+    sub_group_elements: int = 0  # ZeRO-3 casts and steps this many elements of the partition at a time (0: all)
+    zero3_no_gather_unsharded: bool = False  # ZeRO-3 over one rank: the partition is the parameter, nothing gathered
+    # (TrainingSpec.precision, setup) pairs where this stack holds other bytes per parameter than PRECISIONS says
+    # (FSDP2's fp32 shards, DeepSpeed's bf16 gradients); each stack's module cites the code
+    precision_overrides: tuple[tuple[str, PrecisionSetup], ...] = field(default=(), repr=False)
+
+    def precision_setup(self, precision: str) -> PrecisionSetup:
+        """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
+        ps = PRECISIONS[precision]
+        for name, setup in self.precision_overrides:
+            if name == precision:
+                return setup
+        return ps
+
+
+def _never(training: Any) -> bool:
+    return False
+
+
+def _zero3_prefetch(training: Any) -> bool:
+    """ZeRO-3 prefetches the next layer's parameters and reduce-scatters behind compute (FSDP1's backward prefetch;
+    DeepSpeed's overlap_comm defaults to stage == 3, deepspeed/runtime/zero/config.py overlap_comm_valid)."""
+    return training.zero_stage == 3
+
+
+def _no_caveat(training: Any, par: Any) -> str | None:
+    return None
+
+
+def _as_is(recipe: Recipe, training: Any) -> Recipe:
+    return recipe
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One training stack: what `TrainingSpec.framework` names.
+
+    >>> from frenzy_core.frameworks import get
+    >>> fw = get("megatron"); fw.supports_cp, fw.supports_uneven_stages, fw.export_format, fw.recipe.name
+    (True, True, 'megatron', 'megatron')
+    """
+
+    name: str  # the TrainingSpec.framework value
+    describes: str  # the stack, in words
+    recipe: Recipe | None  # its memory terms; None: unknown, whose memory is the band over every stack's recipe
+    export_format: str | None  # the export.FORMATS entry its users reach for first (None: no default)
+    default_precision: str  # the CLI's --precision default for this stack
+    # --- capabilities: what the planner enumerates and TrainingSpec accepts under this stack ---------------------
+    supports_cp: bool  # context parallelism as ring attention (what memory.py and perf.py model)
+    supports_vp: bool  # an interleaved 1F1B schedule the exports can launch (vp > 1)
+    supports_uneven_stages: bool  # Megatron's uneven first / last pipeline stages
+    supports_ep: bool  # expert parallelism (ep > 1) for MoE models
+    # extra rule an expert-parallel split must meet under this stack, (model, training, d, t, c, e) -> bool array;
+    # None: only the common one (e divides d x cp)
+    experts_fit: Callable | None
+    fully_shards: bool  # parameters always sharded (FSDP2 fully_shard = ZeRO-3): zero_stage 0 means 3
+    zero_stages: tuple[int, ...]  # the TrainingSpec.zero_stage values it accepts
+    supports_amp: bool  # has an autocast mode (TrainingSpec precision "amp")
+    supports_chunked_loss: bool  # the loss can run over chunks of the logits (loss_chunks > 1)
+    switches: tuple[str, ...]  # TrainingSpec fields only this stack reads (refused under the others)
+    switches_label: str  # how the Model memory page names those switches ("" when there are none)
+    # --- speed terms (frenzy_core.perf) -------------------------------------------------------------------------
+    # data-parallel communication hidden behind compute when TrainingSpec.overlap_dp_comm is None
+    dp_overlap_default: Callable[[Any], bool] = _zero3_prefetch
+    # tensor-parallel communication hidden behind the GEMMs when TrainingSpec.tp_comm_overlap is None
+    tp_overlap_default: Callable[[Any], bool] = _never
+    # --- validation messages (TrainingSpec raises them) ---------------------------------------------------------
+    amp_refusal: str = ""  # precision amp under a stack without autocast
+    chunked_loss_refusal: str = ""  # loss_chunks > 1 under a stack whose loss is not chunked
+    zero_stage_refusal: str = ""  # a zero_stage outside zero_stages; {zero_stage} is filled in
+    switch_refusal: str = ""  # one of `switches` under another stack; {field} and {framework} are filled in
+    # a warning the Model memory page shows with this stack's figure, (training, par) -> text or None
+    memory_caveat: Callable[[Any, Any], str | None] = _no_caveat
+    # the recipe with the run's own settings (DeepSpeed's zero_optimization sizes), (recipe, training) -> Recipe
+    tune_recipe: Callable[[Recipe, Any], Recipe] = _as_is
+
+    @property
+    def is_band(self) -> bool:
+        """No recipe of its own: memory is the band over every known stack's recipe (framework unknown)."""
+        return self.recipe is None
+
+    def gathers_each_layer(self, training: Any) -> bool:
+        """Whether parameters are gathered layer by layer (ZeRO-3 / FSDP): data-parallel traffic then hides behind
+        the whole step's compute (perf.step_time_totals), not behind one micro-batch as Megatron's buckets do."""
+        return training.zero_stage == 3 or self.fully_shards
+
+    def export(self, model, training, plan, cluster, tokens: float = DEFAULT_TOKENS) -> str:
+        """The launch file of `export_format` for `plan` (frenzy_core.export.export_plan)."""
+        if self.export_format is None:
+            raise SpecError("export", f"framework {self.name} has no default export; pick a format")
+        from frenzy_core.export import export_plan  # imported here: export imports the planner, which imports us
+
+        return export_plan(self.export_format, model, training, plan, cluster, tokens)

@@ -1,0 +1,81 @@
+"""Megatron-Core with Transformer Engine: bf16 params, fp32 main grads, the vocab-parallel loss, DDP with overlapped
+buckets, TE's tensor-parallel communication overlap, interleaved and uneven pipelines.
+
+>>> FRAMEWORK.recipe.loss_bytes_per_logit, FRAMEWORK.supports_amp, FRAMEWORK.supports_uneven_stages
+(6, False, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from frenzy_core.frameworks import pytorch
+from frenzy_core.frameworks.base import BF16_BYTES, FP32_BYTES, Framework
+
+# megatron/core/tensor_parallel/cross_entropy.py, _VocabParallelCrossEntropy: logits.float() once, then max-subtract,
+# exp and divide in place; save_for_backward(exp_logits) keeps that one fp32 softmax; backward turns it into the
+# gradient in place (grad_input = softmax; grad_input.mul_), and autograd casts it to the bf16 logits' dtype.
+MEGATRON_VOCAB_PARALLEL_CE_BYTES = FP32_BYTES + BF16_BYTES  # = 6
+
+# Megatron-Core's own switches: --moe-grouped-gemm (TE GroupedLinear experts, multi-stream workspaces)
+SWITCHES = ("moe_grouped_gemm",)
+
+# megatron/core (transformer_impl=transformer_engine): bf16 params, fp32 main grads, vocab-parallel loss
+RECIPE = replace(
+    pytorch.RECIPE,
+    name="megatron",
+    describes="Megatron-Core with Transformer Engine (or its local layers where they agree)",
+    loss_bytes_per_logit=MEGATRON_VOCAB_PARALLEL_CE_BYTES,
+    # megatron/core/fusions/fused_softmax.py FusedScaleMaskSoftmax (TE: attention/softmax.py): the fused
+    # scaled_upper_triang_masked_softmax kernel returns bf16 probs and saves only them
+    fused_softmax=True,
+    autocast=False,  # --bf16 casts the model itself (Float16Module); no autocast
+    residual_in_compute_dtype=True,
+    # moe/experts.py TEGroupedMLP.forward (bias_act_func) and transformer/mlp.py MLP.forward(per_token_scale):
+    # `intermediate * permuted_probs` inside the expert; token_dispatcher.py calls unpermute without probs
+    moe_probs_in_experts=True,
+    # transformer_config.py: moe_token_dispatcher_type = "allgather" by default
+    moe_allgather_dispatcher=True,
+)
+
+
+def dp_overlap_default(training) -> bool:
+    """On: Megatron-Bridge / NeMo recipes set ddp overlap_grad_reduce and overlap_param_gather (--overlap-grad-reduce,
+    --overlap-param-gather with the distributed optimizer). perf.step_time_totals hides the gradient reduce-scatter
+    (the whole all-reduce without the distributed optimizer) behind the last micro-batch's backward and the parameter
+    all-gather behind the first one's forward; one bucket (perf.MEGATRON_BUCKET_*) of each cannot hide."""
+    return True
+
+
+def tp_overlap_default(training) -> bool:
+    """On with sequence parallelism: the recipes' tp_comm_overlap (--tp-comm-overlap; Transformer Engine's
+    userbuffers, transformer_engine/pytorch/module/base.py initialize_ub, need sequence parallelism) splits each
+    all-gather / reduce-scatter into chunks pipelined with the GEMM that consumes / produces them."""
+    return training.sequence_parallel
+
+
+FRAMEWORK = Framework(
+    name="megatron",
+    describes=RECIPE.describes,
+    recipe=RECIPE,
+    export_format="megatron",
+    default_precision="bf16-master",  # it has no autocast mode: Megatron --bf16
+    supports_cp=True,  # --context-parallel-size: ring attention
+    supports_vp=True,  # --num-layers-per-virtual-pipeline-stage: interleaved 1F1B
+    # --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (training.pipeline_layout_problem)
+    supports_uneven_stages=True,
+    # expert parallelism carved out of d x cp (etp = t: etp x ep divides tp x dp x cp, training.check_parallelism)
+    supports_ep=True,
+    experts_fit=None,
+    fully_shards=False,
+    zero_stages=(0, 1, 2, 3),
+    supports_amp=False,
+    supports_chunked_loss=False,
+    switches=SWITCHES,
+    switches_label="grouped GEMM",
+    dp_overlap_default=dp_overlap_default,
+    tp_overlap_default=tp_overlap_default,
+    amp_refusal="megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32",
+    chunked_loss_refusal="megatron's vocab-parallel loss is not chunked: use loss_chunks 1",
+    switch_refusal="moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {framework}",
+)
