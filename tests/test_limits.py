@@ -325,3 +325,13 @@ def test_a_missing_path_is_named_as_typed_up_to_200_characters_then_cut():
     with pytest.raises(SpecError) as err:
         open_user_file(longer, "spec", "a spec")
     assert err.value.reason.startswith("file not found: '/nonexistent/") and err.value.reason.endswith("...")
+
+
+def test_a_file_of_exactly_the_limit_is_read_whole(tmp_path):
+    from frenzy_core.limits import read_user_file
+
+    path = tmp_path / "spec.yaml"
+    path.write_text("a" * 100)
+    assert read_user_file(path, "spec", "a spec", limit=100) == "a" * 100
+    with pytest.raises(SpecError, match="99-byte limit"):
+        read_user_file(path, "spec", "a spec", limit=99)
