@@ -193,3 +193,8 @@ def test_scenario_sections_accept_their_boundary_values_and_refuse_just_past_the
     assert PlanGoal(scaling_floor=1.0).scaling_floor == 1.0
     with pytest.raises(ValueError, match="scaling_floor"):
         PlanGoal(scaling_floor=1.2)
+    assert PlanGoal(max_gpus=1).max_gpus == 1  # the smallest positive limits are valid
+    assert PlanGoal(deadline_h=0.5).deadline_h == 0.5 and PlanGoal(budget_usd=0.5).budget_usd == 0.5
+    for name in ("max_gpus", "deadline_h", "budget_usd"):
+        with pytest.raises(ValueError, match=name):
+            PlanGoal(**{name: 0})
