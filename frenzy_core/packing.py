@@ -16,7 +16,6 @@ GPUs inside one node, so a node contributes a multiple of t GPUs.
 
 from __future__ import annotations
 
-from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,8 @@ import numpy as np
 
 from frenzy_core.cluster import Cluster
 from frenzy_core.plans import DEFAULT_SCALING_FLOOR, Plan, within_scaling_floor
+
+_NO_ROOM = np.iinfo(np.int64).max  # a free count no node has: marks the nodes too full for a plan
 
 
 @dataclass(frozen=True)
@@ -159,52 +160,35 @@ def has_place(plans: Sequence[Plan], index: ClusterIndex, free: np.ndarray, *,
 
 
 class FreeGPUs:
-    """One decision's working copy of the free GPUs, indexed so that a placement costs O(GPUs per node), not O(nodes).
+    """One decision's working copy of the free GPUs: a placement costs a few vector operations over one type's nodes.
 
     A policy builds one per decision from the view's free array, asks `place_plan` / `first_plan`, and calls `take`
     for each start it decides; the view itself is never written. Same answers as `place` (tested against it):
 
-    - `buckets[t][k]` holds, ascending, the nodes of type t with exactly k free GPUs. A plan of n GPUs (a multiple
-      of its tp) fits one node iff the node has k >= n free (usable = k - k % tp >= n <=> k >= n), and best fit
-      (fewest left, then lowest index) is the first node of the first non-empty bucket from k = n up;
-    - `by_type[t]`, the free GPUs of type t, and `max_free[t]`, the largest k with a node of type t, give
-      the early exits: no plan of more than by_type[t] GPUs can fit, and one of more than max_free[t] needs many
-      nodes, handled by the numpy walk of `_place_on_type` on `free` (kept in sync).
+    - a plan of n GPUs (a multiple of its tp) fits one node iff the node has k >= n free (usable = k - k % tp >= n
+      <=> k >= n), and best fit (fewest left, then lowest index) is the first minimum of the free counts among the
+      type's nodes with k >= n (`nodes_by_type` is ascending, `argmin` returns the first);
+    - `by_type[t]`, the free GPUs of type t, gives the early exit: no plan of more than by_type[t] GPUs can fit; a
+      plan no single node holds goes to the numpy walk of `_place_on_type` on `free`.
+
+    Nothing is indexed up front: building per-node buckets cost more than the one or two queries a decision makes
+    (75,672 decisions on the 82k-job Philly replay; bench/sim_throughput.py).
     """
 
-    __slots__ = ("index", "free", "by_type", "_buckets", "_max_free")
+    __slots__ = ("index", "free", "by_type")
 
     def __init__(self, index: ClusterIndex, free: np.ndarray, free_by_type: Sequence[int] | None = None):
         self.index = index
         self.free = np.array(free, dtype=np.int64)  # copy: the view's array is read-only and stays untouched
         self.by_type = [int(x) for x in (index.free_by_type(self.free) if free_by_type is None else free_by_type)]
-        # built per type on first use: a decision that only ever looks at one GPU type indexes only that type
-        self._buckets: list[list[list[int]] | None] = [None] * len(index.type_names)
-        self._max_free: list[int] = [0] * len(index.type_names)
 
-    def _index_type(self, t: int) -> list[list[int]]:
+    def best_node(self, t: int, num_gpus: int) -> int | None:
+        """The node of type t that best fits num_gpus on its own (fewest free GPUs left, then lowest index)."""
         ix = self.index.nodes_by_type[t]
         f = self.free[ix]
-        size = int(self.index.node_gpus[ix].max()) if len(ix) else 0
-        b: list[list[int]] = [[] for _ in range(size + 1)]
-        for node, k in zip(ix.tolist(), f.tolist(), strict=True):  # ascending node index: buckets stay sorted
-            b[k].append(node)
-        self._buckets[t] = b
-        self._max_free[t] = int(f.max()) if len(ix) else 0
-        return b
-
-    @property
-    def buckets(self) -> list[list[list[int]]]:
-        """buckets[t][k]: the nodes of type t with exactly k free GPUs, ascending (indexes every type)."""
-        return [b if b is not None else self._index_type(t) for t, b in enumerate(self._buckets)]
-
-    @property
-    def max_free(self) -> list[int]:
-        """The largest free count of any node, per type (indexes every type)."""
-        for t, b in enumerate(self._buckets):
-            if b is None:
-                self._index_type(t)
-        return list(self._max_free)
+        left = np.where(f >= num_gpus, f, _NO_ROOM)
+        k = int(left.argmin()) if len(ix) else 0
+        return int(ix[k]) if len(ix) and left[k] < _NO_ROOM else None
 
     def place_on(self, t: int, num_gpus: int, tp: int = 1) -> Placement | None:
         """`place` restricted to type position t (no memory check: the caller's plan is for that type)."""
@@ -215,18 +199,13 @@ class FreeGPUs:
 
     def first_plan(self, plans: Sequence[tuple[int, int, int, Plan]]) -> tuple[Plan, Placement] | None:
         """HAS over plans pre-compiled as (type position, GPUs, tp, plan): the first one that fits now."""
-        by_type, buckets, max_free = self.by_type, self._buckets, self._max_free
+        by_type = self.by_type
         for t, n, tp, plan in plans:
             if by_type[t] < n:
                 continue  # early exit: not enough free GPUs of this type in the whole cluster
-            b = buckets[t]
-            if b is None:
-                b = self._index_type(t)
-            if n <= max_free[t]:  # one node holds it: best fit is the first node of the first non-empty bucket
-                k = n
-                while not b[k]:
-                    k += 1
-                return plan, Placement(self.index.type_names[t], ((b[k][0], n),))
+            node = self.best_node(t, n)
+            if node is not None:  # one node holds it
+                return plan, Placement(self.index.type_names[t], ((node, n),))
             got = _place_on_type(self.index, self.free, t, n, tp)
             if got is not None:
                 return plan, Placement(self.index.type_names[t], got[2])
@@ -236,20 +215,8 @@ class FreeGPUs:
         """Mark a placement's GPUs busy in this working copy."""
         free, node_type = self.free, self.index.node_type
         for node, n in placement.nodes:
-            k = int(free[node])
-            t = int(node_type[node])
-            free[node] = k - n
-            self.by_type[t] -= n
-            b = self._buckets[t]
-            if b is None:
-                continue  # not indexed yet: it will be built from `free` when first needed
-            b[k].remove(node)
-            insort(b[k - n], node)
-            if k == self._max_free[t] and not b[k]:
-                m = k
-                while m > 0 and not b[m]:
-                    m -= 1
-                self._max_free[t] = m
+            free[node] -= n
+            self.by_type[int(node_type[node])] -= n
 
 
 def compile_plans(index: ClusterIndex, plans: Sequence[Plan]) -> tuple[tuple[int, int, int, Plan], ...]:

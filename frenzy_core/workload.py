@@ -426,13 +426,19 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
     rng = np.random.default_rng(seed)
     draws = rng.random(len(jobs_in))
     fit_cache: dict[tuple[str, str, int], Plan | None] = {}
+    spec_cache: dict[tuple[str, int], TrainingSpec] = {}  # one validated (frozen) TrainingSpec per model and count
+
+    def training_of(m: str, count: int) -> TrainingSpec:
+        if (m, count) not in spec_cache:
+            spec_cache[m, count] = default_training(ZOO[m], count)
+        return spec_cache[m, count]
 
     def fit(m: str, gpu_type: str, n: int, count: int) -> Plan | None:
         """Best plan of model `m` on `n` GPUs of the type (`count` = the trace's, which sets the batch)."""
         key = (m, gpu_type, n) if n == count else (m, gpu_type, n, count)
         if key not in fit_cache:
             model = ZOO[m]
-            fit_cache[key] = table.best(model, default_training(model, count), gpu_type, n, placeable=n != count)
+            fit_cache[key] = table.best(model, training_of(m, count), gpu_type, n, placeable=n != count)
         return fit_cache[key]
 
     out: list[LLMJob] = []
@@ -474,10 +480,9 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
             substitutions.append(Substitution(str(tj.job_id), first, name, f"{first} does not fit {where}; took "
                                               f"{name}, the largest smaller model that fits"))
         oversized += count > capacity[gpu_type]
-        model = ZOO[name]
         tokens = getattr(tj, "tokens", None) or max(tj.duration_s, 1.0) * plan.tokens_per_s
         out.append(LLMJob(job_id=str(tj.job_id), arrival_s=float(tj.arrival_s), model=name,
-                          training=default_training(model, count), tokens=float(tokens), trace_gpus=count,
+                          training=training_of(name, count), tokens=float(tokens), trace_gpus=count,
                           trace_duration_s=float(tj.duration_s), original_gpu_type=gpu_type))
     if rejected and not out:
         shown = "; ".join(f"job {short_repr(r.job_id)} (row {r.source_row}): {r.reason}" for r in rejected[:3])

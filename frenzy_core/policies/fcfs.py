@@ -21,15 +21,21 @@ from frenzy_core.workload import scale_plan
 
 def first_fit(index: ClusterIndex, free: np.ndarray, t: int, num_gpus: int, tp: int) -> Placement | None:
     """Fill nodes of type t in index order, tp-groups per node, until num_gpus are taken; None if they run out."""
+    if num_gpus <= 0:
+        return None
+    ix = index.nodes_by_type[t]
+    f = free[ix]
+    usable = f - f % tp  # whole tp-groups per node
+    has = np.flatnonzero(usable > 0)  # only nodes with room are walked: a busy cluster has many full ones
+    if int(usable[has].sum()) < num_gpus:
+        return None
     need, nodes = num_gpus, []
-    for node in index.nodes_by_type[t]:
-        f = int(free[node])
-        take = min(f - f % tp, need)
-        if take > 0:
-            nodes.append((int(node), take))
-            need -= take
-            if need == 0:
-                return Placement(gpu_type=index.type_names[t], nodes=tuple(nodes))
+    for node, u in zip(ix[has].tolist(), usable[has].tolist(), strict=True):
+        take = min(u, need)
+        nodes.append((node, take))
+        need -= take
+        if need == 0:
+            return Placement(gpu_type=index.type_names[t], nodes=tuple(nodes))
     return None
 
 
