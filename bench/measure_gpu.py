@@ -2,6 +2,15 @@
 
     python bench/measure_gpu.py artifacts/memory_gpu.json [--framework pytorch|fsdp2|hf|all] [--only gpt2]
                                                         [--require-cuda]
+    python bench/measure_gpu.py artifacts/step_time_gpu.json --mode step-time [--gpu-type H100-80GB] [--only llama]
+
+`--mode step-time` (issue 19) times whole training steps instead: the `pytorch` configurations on one GPU (d = 1,
+the tracer's decoder with real CUDA tensors, SDPA flash attention where the row says flash), STEP_WARMUP steps
+discarded, then the median of STEP_TIMED steps between `torch.cuda.synchronize()` calls, next to
+`frenzy_core.estimate.estimate(...)` for the same split on the catalog type of this GPU (found from the device name and
+memory, or `--gpu-type`). Rows report `measured_step_s`, `predicted_step_s`, `err` (predicted / measured - 1) and the
+achieved MFU; the last line gives `step_time_median_abs_err` and `step_time_median_signed_err`. Small models on one GPU
+are launch-bound, which the model does not describe: rows below STEP_MIN_PARAMETERS are reported apart.
 
 One GPU, one configuration at a time, `torch.cuda.max_memory_allocated()` / `max_memory_reserved()` around two
 training steps (the peak of step 2 carries Adam's states), minus what was allocated before the run:
@@ -31,6 +40,14 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 FRAMEWORKS = ("pytorch", "fsdp2", "hf")
+STEP_WARMUP = 2  # steps discarded: cuBLAS heuristics, allocator growth, the optimizer's lazy state
+STEP_TIMED = 6  # steps timed; the median is reported
+STEP_MIN_PARAMETERS = 500_000_000  # below this a one-GPU step is launch-bound: reported apart
+# device-name fragment -> catalog types, told apart by memory (torch.cuda.get_device_name(), mem_get_info total)
+DEVICE_TYPES = (("H200", ("H200-141GB",)), ("GB200", ("GB200",)), ("B200", ("B200",)),
+                ("H100", ("H100-80GB", "H100-96GB")), ("A100", ("A100-40GB", "A100-80GB")), ("L40S", ("L40S",)),
+                ("MI300X", ("MI300X",)), ("A10", ("A10",)), ("4090", ("RTX-4090",)), ("3090", ("RTX-3090",)),
+                ("V100", ("V100-16GB", "V100-32GB")), ("T4", ("T4",)))
 HF_MAX_PARAMETERS = 2_000_000_000  # larger traced HF models do not fit one GPU's step
 
 
@@ -124,6 +141,101 @@ def measure_hf(torch, row: dict) -> dict:
     return _peaks(torch, run)
 
 
+def catalog_type(device_name: str, total_bytes: int) -> str | None:
+    """The catalog GPU type of this device: the name fragment, then the type whose memory is nearest."""
+    from frenzy_core.gpus import CATALOG
+
+    for fragment, names in DEVICE_TYPES:
+        if fragment in device_name:
+            return min(names, key=lambda n: abs(CATALOG[n].memory_bytes - total_bytes))
+    return None
+
+
+def measure_step_time(torch, cfg: dict) -> dict:
+    """Median wall time of one optimizer step of the tracer's decoder on this GPU (d = 1), in seconds."""
+    import time
+
+    from frenzy_core import tracer
+
+    training, spec = cfg["training"], cfg["model"]
+    b, s = training.micro_batch, training.seq_len
+    accumulation = training.global_batch // b
+    amp = training.precision == "amp"
+    try:
+        with torch.device("cuda"):
+            net = tracer._build_model(torch, spec, training, torch.float32 if amp else torch.bfloat16)
+        optimizer = tracer._make_optimizer(torch, net, training, amp)
+        times = []
+        for step in range(STEP_WARMUP + STEP_TIMED):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(accumulation):
+                tokens = torch.randint(0, spec.vocab_size, (b, s + 1), device="cuda")
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                    loss = net(tokens[:, :-1], tokens[:, 1:])
+                (loss / accumulation).backward()
+                del loss, tokens
+            optimizer.step()
+            optimizer.zero_grad()
+            torch.cuda.synchronize()
+            if step >= STEP_WARMUP:
+                times.append(time.perf_counter() - t0)
+        return {"measured_step_s": statistics.median(times), "step_s_min": min(times), "step_s_max": max(times)}
+    except torch.cuda.OutOfMemoryError:
+        return {"oom": True}
+    finally:
+        net = optimizer = None
+        torch.cuda.empty_cache()
+
+
+def _predicted_step(cfg: dict, gpu_type: str) -> dict:
+    from frenzy_core.estimate import estimate
+    from frenzy_core.gpus import CATALOG
+    from frenzy_core.training import Parallelism
+
+    e = estimate(cfg["model"], cfg["training"], Parallelism(), CATALOG[gpu_type], num_gpus=1)
+    return {"predicted_step_s": e.step_time_s, "predicted_mfu": e.mfu,
+            "flops_per_step": e.model_tflops_per_gpu * 1e12 * e.step_time_s}
+
+
+def main_step_time(torch, args) -> int:
+    """--mode step-time: measured vs predicted step time of every pytorch configuration on this GPU."""
+    from memory_accuracy import configs
+
+    free, total = torch.cuda.mem_get_info()
+    device = torch.cuda.get_device_name()
+    gpu_type = args.gpu_type or catalog_type(device, total)
+    if gpu_type is None:
+        print(f"measure_gpu: {device!r} is not a catalog GPU type; give --gpu-type", file=sys.stderr)
+        print(json.dumps({"measured": 0, "reason": f"unknown device {device}"}))
+        return 2
+    results = []
+    for cfg in configs():
+        if args.only not in cfg["name"]:
+            continue
+        row = {"name": cfg["name"], "gpu_type": gpu_type, "parameters": cfg["model"].parameter_count(),
+               **measure_step_time(torch, cfg)}
+        if "measured_step_s" in row:
+            row.update(_predicted_step(cfg, gpu_type))
+            row["err"] = round(row["predicted_step_s"] / row["measured_step_s"] - 1, 5)
+            row["measured_mfu"] = row["predicted_mfu"] * row["predicted_step_s"] / row["measured_step_s"]
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({"torch_version": torch.__version__, "device": device, "gpu_type": gpu_type,
+                                       "configs": results}, indent=1) + "\n")
+    print(f"wrote {args.output}")
+    big = [r["err"] for r in results if "err" in r and r["parameters"] >= STEP_MIN_PARAMETERS]
+    small = [r["err"] for r in results if "err" in r and r["parameters"] < STEP_MIN_PARAMETERS]
+    headline = {"measured": len(big) + len(small), "device": device, "gpu_type": gpu_type}
+    for label, errs in (("", big), ("small_models_", small)):
+        if errs:
+            headline[f"{label}step_time_median_abs_err"] = round(statistics.median(abs(e) for e in errs), 5)
+            headline[f"{label}step_time_median_signed_err"] = round(statistics.median(errs), 5)
+    print(json.dumps(headline))
+    return 0
+
+
 def _jobs(frameworks: list[str], only: str) -> list[tuple[str, str, object]]:
     """(framework, name, config-or-row) for every configuration to measure."""
     from memory_accuracy import HF_FIXTURE, _read_jsonl, configs
@@ -159,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--framework", default="all", choices=[*FRAMEWORKS, "all"], help="which recipe's stack")
     parser.add_argument("--only", default="", help="run only configurations whose name contains this text")
     parser.add_argument("--require-cuda", action="store_true", help="exit 2 instead of 0 when no CUDA device exists")
+    parser.add_argument("--mode", default="memory", choices=["memory", "step-time"],
+                        help="memory: peak bytes per framework (default); step-time: seconds per step vs perf.py")
+    parser.add_argument("--gpu-type", default=None, help="step-time: the catalog type of this GPU (default: detected)")
     args = parser.parse_args(argv)
     try:
         import torch
@@ -172,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"measured": 0, "reason": "no CUDA device"}))
         return 2 if args.require_cuda else 0
 
+    if args.mode == "step-time":
+        return main_step_time(torch, args)
     frameworks = list(FRAMEWORKS) if args.framework == "all" else [args.framework]
     if "fsdp2" in frameworks:  # a one-process NCCL group for fully_shard
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
