@@ -287,6 +287,27 @@ def test_bounded_int_and_finite_float():
     for bad in (math.nan, math.inf, "nan", "1e999"):
         with pytest.raises(SpecError, match="finite|number"):
             finite_float(bad, "x")
+    # the sign options at their boundary: 0 is not positive but is non-negative
+    with pytest.raises(SpecError, match="positive"):
+        finite_float(0, "x", positive=True)
+    assert finite_float(0, "x", nonneg=True) == 0.0
+    with pytest.raises(SpecError, match=">= 0"):
+        finite_float(-1e-9, "x", nonneg=True)
+
+
+def test_yaml_event_limit_is_exact(monkeypatch):
+    """A document of exactly MAX_YAML_EVENTS parser events loads; one event fewer allowed refuses it."""
+    import yaml
+
+    from frenzy_core import limits
+
+    text = "a: [1, 2, 3]\nb: {c: d}\n"
+    events = sum(1 for _ in yaml.parse(text))  # PyYAML's own count of the document's events
+    monkeypatch.setattr(limits, "MAX_YAML_EVENTS", events)
+    assert limits.load_yaml(text, "x") == {"a": [1, 2, 3], "b": {"c": "d"}}
+    monkeypatch.setattr(limits, "MAX_YAML_EVENTS", events - 1)
+    with pytest.raises(SpecError, match="YAML items"):
+        limits.load_yaml(text, "x")
 
 
 def test_load_json_parses_ordinary_text():
