@@ -155,20 +155,13 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
      "Or -> And"):
         "a shortcut only: an absent type makes `place(gpu_types=(type,))` return None, and free_by_type (the free "
         "totals of `free`, as documented) below the plan's GPUs makes `place` return None too",
-    ("packing", "_index_type", "int(self.index.node_gpus[ix].max()) if len(ix) else 0", "0 -> 1"):
+    ("packing", "best_node", "int(left.argmin()) if len(ix) else 0", "0 -> 1"):
         "every type of a ClusterIndex has nodes (types are those present): the else branch is dead",
-    ("packing", "_index_type", "int(f.max()) if len(ix) else 0", "0 -> 1"):
-        "every type of a ClusterIndex has nodes (types are those present): the else branch is dead",
-    ("packing", "__init__", "[0]", "0 -> 1"):
-        "the initial _max_free is never read: first_plan and max_free index a type (which sets it) before reading, "
-        "take skips unindexed types",
-    ("packing", "first_plan", "n <= max_free[t]", "LtE -> Lt"):
-        "at n == max_free the numpy walk `_place_on_type` gives the same single-node best fit as the bucket fast path",
-    ("packing", "take", "m > 0", "Gt -> GtE"):
-        "the node just moved sits in bucket k - n >= 0, so the walk down stops there before m > 0 could decide",
-    ("packing", "_index_type", "size + 1", "1 -> 2"):
-        "one more bucket, always empty (no node has more free GPUs than its size): same placements, and "
-        "buckets[t][k] still holds exactly the nodes with k free",
+    ("limits", "open_user_file", "getattr(os, 'O_NOCTTY', 0)", "0 -> 1"):
+        "the default is read only where os has no O_NOCTTY (not on Linux or macOS, where the tests run)",
+    ("limits", "load_yaml", "short_repr(problem, 80)", "80 -> 81"):
+        "no PyYAML problem string reaches 80 characters: the longest template (scanner.py, 'expected URI escape "
+        "sequence of 2 hexadecimal numbers, but found %r') is 67 with one character's repr, under 78 quoted",
     ("plans", "within_scaling_floor", "floor <= 0 or not plans", "Or -> And"):
         "a shortcut only: scaling_keep has the same guard (floor <= 0 keeps every plan; no plans give an empty mask)",
     ("plans", "within_scaling_floor", "floor <= 0", "LtE -> Lt"):

@@ -477,3 +477,38 @@ def test_file_ids_sort_as_python_sorts_them_on_equal_arrivals():
     ids = ["é", "b", "a", "\U0001f600", "B", "a0"]
     trace = load_native("job_id,arrival_s,num_gpus,duration_s\n" + "".join(f"{i},5,1,60\n" for i in ids))
     assert [j.job_id for j in trace.jobs] == sorted(ids)
+
+
+# --- boundaries the mutation run of 2026-12-02 found untested -----------------------------------------------------
+def test_an_over_long_field_names_its_own_line(tmp_path):
+    """The line number in the message is the file's (header = line 1), also for a row deep in a block."""
+    from frenzy_core.limits import MAX_FIELD_CHARS
+
+    rows = (DATA / "golden_trace.csv").read_text().splitlines()
+    rows[4] = "g03,10,1," + "9" * (MAX_FIELD_CHARS + 5)
+    path = tmp_path / "long.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(SpecError, match=r"line 5: a field of over 4,096 characters"):
+        load_trace(path, "native")
+
+
+def test_limit_zero_is_valid_and_negative_is_refused():
+    from frenzy_core.traces import _check_limit
+
+    _check_limit(0)  # non-negative: 0 is allowed
+    _check_limit(None)
+    with pytest.raises(SpecError, match="non-negative"):
+        _check_limit(-1)
+
+
+def test_alibaba2020_task_ending_when_it_starts_is_kept():
+    """end_time == start_time is a zero-length task, not one that ends before it starts."""
+    trace = load_alibaba2020("z,worker,1,Terminated,1590000000,1590000000,600,29.3,100,T4\n" + ALIBABA_OK)
+    assert "z" in [j.job_id for j in trace.jobs] and not trace.skipped
+
+
+def test_synthetic_trace_keeps_one_gpu_jobs():
+    from frenzy_core.traces import synthetic_trace
+
+    trace = synthetic_trace(20, 0.5, 8, seed=1, gpu_count_dist={1: 1.0})
+    assert len(trace.jobs) == 20 and {j.num_gpus for j in trace.jobs} == {1}
