@@ -24,7 +24,8 @@ Flag and key names were checked against each project's source (read 2026-12-01):
   layers, `block` checkpoints the first recompute_num_layers layers of each (virtual) stage and no others;
 - DeepSpeed `deepspeed/runtime/config.py` / docs "DeepSpeed Configuration JSON": train_batch_size =
   train_micro_batch_size_per_gpu x gradient_accumulation_steps x data-parallel size, zero_optimization.stage,
-  bf16.enabled, activation_checkpointing, tensor_parallel.autotp_size (AutoTP training), pipeline.stages;
+  bf16.enabled, activation_checkpointing, tensor_parallel.autotp_size (AutoTP training), pipeline.stages,
+  pipeline.activation_checkpoint_interval (`runtime/pipe/engine.py`, checked by DeepSpeedConfig 0.19.8 in the tests);
 - torchtitan `torchtitan/config/job_config.py` at v0.2.2 (commit 73a0e697, the last release that reads TOML job
   configs; 0.3 replaced them with Python config registries): [training] local_batch_size, global_batch_size,
   seq_len, steps, mixed_precision_param; [compile] enable; [parallelism] data_parallel_replicate_degree,
@@ -206,6 +207,12 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
         args += ["--recompute-granularity", "full", *megatron_recompute_layers(model, training, plan)]
     elif training.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
+    elif training.recompute == "op-sac":
+        # Megatron has no per-op SAC: its selective granularity recomputes the attention core only (recompute_modules
+        # core_attn) and keeps the norm and activation outputs per-op SAC drops, so it would run above the plan
+        raise SpecError("recompute", "Megatron-LM has no per-op selective activation checkpointing (op-sac); its "
+                        "--recompute-granularity selective keeps more than the plan counts. Rank the plan with "
+                        "recompute selective or full, or export this one for torchtitan")
     if training.distributed_optimizer or training.zero_stage >= 1:  # Megatron shards optimizer states like ZeRO-1
         args += ["--use-distributed-optimizer"]
     if training.sequence_parallel and plan.tp > 1:
@@ -290,33 +297,56 @@ def _shell_torchrun(nnodes: int, nproc: int, job_id_var: str) -> list[str]:
     return [*words[:4], _Expand(words[4]), _Expand(words[5])]
 
 
+# What only the user knows: the variable, what to set it to (a script stops naming it while it is unset)
+_USER_SETTINGS = (
+    ("DATA_PATH", "your Megatron .bin/.idx prefix (tools/preprocess_data.py output)"),
+    ("TOKENIZER_MODEL", "a Hugging Face tokenizer name or folder"),
+    ("CHECKPOINT_DIR", "the folder to save checkpoints to and resume from"),
+)
+PLACEHOLDER = "SET-ME"  # Kubernetes env values the user must replace: Megatron stops on the missing path
+
+
+def _run_defaults(training: TrainingSpec, tokens: float) -> dict[str, str]:
+    """The settings a launch file starts from and the user may override: tokenizer type and the learning-rate
+    schedule (LR, cosine to MIN_LR, warm-up over 1% of the steps, at most MAX_WARMUP_ITERS) and the save interval."""
+    iters = train_iters(training, tokens)
+    return {"TOKENIZER_TYPE": "HuggingFaceTokenizer", "LR": repr(LR), "MIN_LR": repr(MIN_LR),
+            "LR_WARMUP_ITERS": str(min(MAX_WARMUP_ITERS, iters // 100)),
+            "SAVE_INTERVAL": str(min(SAVE_INTERVAL_ITERS, iters))}
+
+
 def _run_settings(training: TrainingSpec, tokens: float, before: str = "running") -> list[str]:
     """The lines that ask for what only the user knows (data, tokenizer, checkpoints) and set the learning-rate
     schedule, each overridable from the environment; `${VAR:?...}` stops the script, naming VAR, while it is unset."""
-    iters = train_iters(training, tokens)
+    defaults = _run_defaults(training, tokens)
     return [
         f"# Your data, tokenizer and checkpoints: export these before {before} (or write them in here)",
-        'DATA_PATH="${DATA_PATH:?set DATA_PATH to your Megatron .bin/.idx prefix (tools/preprocess_data.py output)}"',
-        'TOKENIZER_TYPE="${TOKENIZER_TYPE:-HuggingFaceTokenizer}"',
-        'TOKENIZER_MODEL="${TOKENIZER_MODEL:?set TOKENIZER_MODEL to a Hugging Face tokenizer name or folder}"',
-        'CHECKPOINT_DIR="${CHECKPOINT_DIR:?set CHECKPOINT_DIR to the folder to save checkpoints to and resume from}"',
+        *(f'{var}="${{{var}:?set {var} to {hint}}}"' for var, hint in _USER_SETTINGS[:1]),
+        f'TOKENIZER_TYPE="${{TOKENIZER_TYPE:-{defaults["TOKENIZER_TYPE"]}}}"',
+        *(f'{var}="${{{var}:?set {var} to {hint}}}"' for var, hint in _USER_SETTINGS[1:]),
         "# The learning-rate schedule to start from (tune it)",
-        f'LR="${{LR:-{LR!r}}}"',
-        f'MIN_LR="${{MIN_LR:-{MIN_LR!r}}}"',
-        f'LR_WARMUP_ITERS="${{LR_WARMUP_ITERS:-{min(MAX_WARMUP_ITERS, iters // 100)}}}"',
-        f'SAVE_INTERVAL="${{SAVE_INTERVAL:-{min(SAVE_INTERVAL_ITERS, iters)}}}"',
+        *(f'{var}="${{{var}:-{defaults[var]}}}"' for var in ("LR", "MIN_LR", "LR_WARMUP_ITERS", "SAVE_INTERVAL")),
     ]
 
 
-def _run_args() -> list[str]:
-    """Megatron's data, tokenizer, learning-rate and checkpoint arguments, from the variables `_run_settings` sets.
-    --load and --save name one folder: a first run finds no checkpoint there and starts fresh, a rerun resumes."""
-    return ["--data-path", _Expand("${DATA_PATH}"), "--split", "949,50,1",
-            "--tokenizer-type", _Expand("${TOKENIZER_TYPE}"), "--tokenizer-model", _Expand("${TOKENIZER_MODEL}"),
-            "--lr", _Expand("${LR}"), "--min-lr", _Expand("${MIN_LR}"), "--lr-decay-style", "cosine",
-            "--lr-warmup-iters", _Expand("${LR_WARMUP_ITERS}"),
-            "--save", _Expand("${CHECKPOINT_DIR}"), "--load", _Expand("${CHECKPOINT_DIR}"),
-            "--save-interval", _Expand("${SAVE_INTERVAL}")]
+def _run_env(training: TrainingSpec, tokens: float) -> list[dict[str, str]]:
+    """The same settings as a Kubernetes container's env: the user's as `SET-ME: ...` placeholders, the rest their
+    defaults. The command reads them as $(VAR), which the kubelet expands from the container's env."""
+    user = [{"name": var, "value": f"{PLACEHOLDER}: {hint}"} for var, hint in _USER_SETTINGS]
+    return user + [{"name": var, "value": value} for var, value in _run_defaults(training, tokens).items()]
+
+
+def _run_args(k8s: bool = False) -> list[str]:
+    """Megatron's data, tokenizer, learning-rate and checkpoint arguments, from the variables `_run_settings` sets
+    (for Kubernetes, `_run_env`'s, as $(VAR)). --load and --save name one folder: a first run finds no checkpoint
+    there and starts fresh, a rerun resumes."""
+    var = (lambda name: f"$({name})") if k8s else (lambda name: _Expand(f"${{{name}}}"))  # noqa: E731
+    return ["--data-path", var("DATA_PATH"), "--split", "949,50,1",
+            "--tokenizer-type", var("TOKENIZER_TYPE"), "--tokenizer-model", var("TOKENIZER_MODEL"),
+            "--lr", var("LR"), "--min-lr", var("MIN_LR"), "--lr-decay-style", "cosine",
+            "--lr-warmup-iters", var("LR_WARMUP_ITERS"),
+            "--save", var("CHECKPOINT_DIR"), "--load", var("CHECKPOINT_DIR"),
+            "--save-interval", var("SAVE_INTERVAL")]
 
 
 def export_megatron(model, training, plan, cluster, tokens) -> str:
@@ -403,8 +433,25 @@ def deepspeed_config(model, training, plan, cluster, tokens) -> dict:
     if plan.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": plan.tp}
     if plan.pp > 1:
-        cfg["pipeline"] = {"stages": plan.pp, "partition": "uniform"}
+        cfg["pipeline"] = {"stages": plan.pp, "partition": "uniform",
+                           **deepspeed_checkpoint_interval(training)}
     return cfg
+
+
+def deepspeed_checkpoint_interval(training: TrainingSpec) -> dict[str, int]:
+    """DeepSpeed's pipeline activation_checkpoint_interval for full recomputation (runtime/pipe/engine.py hands
+    config pipeline.activation_checkpoint_interval to PipelineModule, which checkpoints its layers in chunks of that
+    many, keeping each chunk's input). k = 1 is the plan's every-layer recompute; for a stride k > 1 DeepSpeed has no
+    every-k-th-layer option, and chunks of k keep one input per k layers (at most what the plan keeps, every layer's
+    forward run twice: more recompute than the plan counts). Selective and op-sac have no config knob in DeepSpeed
+    (the model code calls deepspeed.checkpointing.checkpoint), so nothing is written for them.
+
+    >>> deepspeed_checkpoint_interval(TrainingSpec(recompute="full", recompute_every=2))
+    {'activation_checkpoint_interval': 2}
+    """
+    if training.recompute != "full":
+        return {}
+    return {"activation_checkpoint_interval": int(training.recompute_every)}
 
 
 def export_deepspeed(model, training, plan, cluster, tokens) -> str:
@@ -569,6 +616,17 @@ def accelerate_config(model, training, plan, cluster, tokens) -> dict:
 
 def export_accelerate(model, training, plan, cluster, tokens) -> str:
     head = _comment(f"accelerate config for {plan.label()}: accelerate launch --config_file this.yaml train.py")
+    if (plan.tp > 1 or plan.pp > 1) and training.recompute in ("full", "op-sac"):
+        # accelerate's MegatronLMPlugin turns megatron_lm_recompute_activations into recompute_granularity
+        # "selective" (src/accelerate/utils/dataclasses.py), which keeps more than full or per-op recompute
+        if training.recompute == "full":
+            _, method, _, layers = megatron_recompute_layers(model, training, plan)
+            fix = (f"pass MegatronLMPlugin(other_megatron_args={{'recompute_granularity': 'full', "
+                   f"'recompute_method': '{method}', 'recompute_num_layers': {layers}}}) in train.py")
+        else:
+            fix = "Megatron has no per-op SAC: expect more memory than the plan, or rank it with recompute full"
+        head += "\n" + _comment(f"megatron_lm_recompute_activations is Megatron's selective recompute; for the "
+                                f"plan's {training.recompute} recompute {fix}")
     return head + "\n" + yaml.safe_dump(accelerate_config(model, training, plan, cluster, tokens), sort_keys=False)
 
 
@@ -667,9 +725,9 @@ def _label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", clean)
 
 
-def _pod_spec(plan: Plan, gpus: int, command: list[str], image: str) -> dict:
+def _pod_spec(plan: Plan, gpus: int, command: list[str], image: str, env: list[dict[str, str]]) -> dict:
     return {"nodeSelector": {GPU_PRODUCT_LABEL: _label_value(GPU_PRODUCTS.get(plan.gpu_type, plan.gpu_type))},
-            "containers": [{"name": "pytorch", "image": image, "command": command,
+            "containers": [{"name": "pytorch", "image": image, "command": command, "env": env,
                             "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
 
 
@@ -678,13 +736,14 @@ def kubernetes_manifest(model, training, plan, cluster, tokens, image: str = DEF
     groups = node_groups(plan, cluster)
     nodes = sum(len(g.nodes) for g in groups)
     name = _job_name(model, plan)
-    train = [DEFAULT_SCRIPT, *megatron_args(model, training, plan, tokens)]
+    train = [DEFAULT_SCRIPT, *megatron_args(model, training, plan, tokens), *_run_args(k8s=True)]
+    env = _run_env(training, tokens)
     if len(groups) == 1:
         g = groups[0]
         # the training operator sets the PET_* rendezvous variables torchrun reads (master address, node rank)
         command = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={g.gpus_per_node}", *train]
         replica = lambda n: {"replicas": n, "restartPolicy": "OnFailure",  # noqa: E731
-                             "template": {"spec": _pod_spec(plan, g.gpus_per_node, command, image)}}
+                             "template": {"spec": _pod_spec(plan, g.gpus_per_node, command, image, env)}}
         specs = {"Master": replica(1)}
         if nodes > 1:
             specs["Worker"] = replica(nodes - 1)
@@ -696,13 +755,36 @@ def kubernetes_manifest(model, training, plan, cluster, tokens, image: str = DEF
         command = _torchrun(nodes, g.gpus_per_node, f"{head}:{RDZV_PORT}", name) + train
         jobs.append({"name": f"g{i}", "replicas": 1, "template": {"spec": {
             "parallelism": len(g.nodes), "completions": len(g.nodes), "completionMode": "Indexed", "backoffLimit": 0,
-            "template": {"spec": {**_pod_spec(plan, g.gpus_per_node, command, image), "restartPolicy": "Never"}}}}})
+            "template": {"spec": {**_pod_spec(plan, g.gpus_per_node, command, image, env), "restartPolicy": "Never"}}}}})
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
             "spec": {"network": {"enableDNSHostnames": True}, "replicatedJobs": jobs}}
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """yaml.safe_dump without anchors and aliases: replicas that share a command or env list each spell it out, as
+    a manifest a person reads and edits, one replica at a time, should."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+# A plain scalar that YAML 1.2's core schema reads as a number (Go's YAML readers: kubectl, the API server) though
+# PyYAML's 1.1 rules call it a string, e.g. 3e-05: such strings are written quoted, so an env value stays a string
+_YAML12_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|0o[0-7]+|0x[0-9a-fA-F]+"
+                            r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)")
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "'" if _YAML12_NUMBER.fullmatch(text) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_PlainDumper.add_representer(str, _represent_str)
+
+
 def export_kubernetes(model, training, plan, cluster, tokens) -> str:
-    return yaml.safe_dump(kubernetes_manifest(model, training, plan, cluster, tokens), sort_keys=False)
+    return yaml.dump(kubernetes_manifest(model, training, plan, cluster, tokens), Dumper=_PlainDumper,
+                     sort_keys=False)
 
 
 _EXPORTERS = {"megatron": export_megatron, "deepspeed": export_deepspeed, "torchtitan": export_torchtitan,

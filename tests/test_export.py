@@ -650,3 +650,34 @@ def test_uneven_405b_plan_from_the_planner_exports_for_megatron():
                         ("--decoder-last-pipeline-num-layers", plan.last_stage_layers)):
         assert flags.get(flag) == (str(value) if value else None)
     assert flags["--pipeline-model-parallel-size"] == str(plan.pp)
+
+
+def test_megatron_refuses_per_op_sac_naming_the_recompute_field():
+    # Megatron has no per-op SAC; its selective recompute keeps more than the plan counts (export.megatron_args)
+    train = TRAIN.model_copy(update={"recompute": "op-sac"})
+    for fmt in ("megatron", "slurm", "kubernetes"):
+        with pytest.raises(SpecError) as err:
+            export_plan(fmt, MODEL, train, SPREAD, CLUSTER, TOKENS)
+        assert err.value.field == "recompute" and "torchtitan" in str(err.value)
+
+
+@pytest.mark.parametrize(("every", "interval"), [(1, 1), (3, 3)])
+def test_deepspeed_pipeline_checkpoints_layers_in_chunks_of_the_stride(every, interval):
+    # runtime/pipe/engine.py hands pipeline.activation_checkpoint_interval to PipelineModule
+    full = TRAIN.model_copy(update={"recompute": "full", "recompute_every": every})
+    assert json.loads(export_plan("deepspeed", MODEL, full, SPREAD, CLUSTER, TOKENS))["pipeline"][
+        "activation_checkpoint_interval"] == interval
+    # selective: DeepSpeed's pipeline engine has no such knob (the model code checkpoints), so none is written
+    assert "activation_checkpoint_interval" not in json.loads(
+        export_plan("deepspeed", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS))["pipeline"]
+
+
+def test_accelerate_says_how_to_get_full_recompute_past_its_selective_flag():
+    # accelerate's megatron_lm_recompute_activations means Megatron's selective recompute (MegatronLMPlugin)
+    full = TRAIN.model_copy(update={"recompute": "full", "recompute_every": 2})
+    text = export_plan("accelerate", MODEL, full, SPREAD, CLUSTER, TOKENS)
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert any("'recompute_method': 'block', 'recompute_num_layers': 8" in line for line in comments), comments
+    assert yaml.safe_load(text)["megatron_lm_config"]["megatron_lm_recompute_activations"] is True
+    plain = export_plan("accelerate", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS)
+    assert "recompute_granularity" not in plain
