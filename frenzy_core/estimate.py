@@ -27,8 +27,8 @@ class Estimate:
     """Step time, throughput and per-GPU memory of one split on one GPU type.
 
     `as_dict()` is the JSON of `frenzy estimate --json`, e.g. (gpt2, s 1024, B = b = 8, amp, one A100-40GB)
-    {"step_time_s": 0.1674, "tokens_per_s_per_gpu": 48950.3, "model_tflops_per_gpu": 41.86, "mfu": 0.134,
-    "parts": [{"name": "compute", "exposed_s": 0.0441, "overlapped_s": 0.0}, ...], "allocated_bytes": 9510226432,
+    {"step_time_s": 0.156, "tokens_per_s_per_gpu": 52518.2, "model_tflops_per_gpu": 41.94, "mfu": 0.134,
+    "parts": [{"name": "compute", "exposed_s": 0.0327, "overlapped_s": 0.0}, ...], "allocated_bytes": 9510226432,
     "reserved_bytes": 9982382310, "per_stage_allocated_bytes": [9510226432], "fits": true}.
     """
 
@@ -86,7 +86,7 @@ def estimate(
     >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
     >>> e = estimate(ZOO["gpt2"], tr, Parallelism(), CATALOG["A100-40GB"])
     >>> round(e.step_time_s, 4), e.fits, [p.name for p in e.parts][:3]
-    (0.1556, True, ['compute', 'tp_comm', 'ep_comm'])
+    (0.156, True, ['compute', 'tp_comm', 'ep_comm'])
     """
     if num_gpus is not None and num_gpus != par.num_gpus:
         raise SpecError("gpus", f"d x t x p x cp = {par.dp} x {par.tp} x {par.pp} x {par.cp} = {par.num_gpus} GPUs, "

@@ -23,6 +23,9 @@ uneven first / last stages' own counts, `Parallelism.first_stage_layers`; the LM
 
     compute_s   = linear GEMMs / (d t cp x peak(fp8 under fp8_linears, else bf16) x eff)
                 + (attention core + norms + LM head) / (d t cp x bf16 peak x eff)
+                  (the attention core as flash attention runs it: a 2.5x-forward backward, FLASH_BACKWARD_FORWARDS)
+                + fp8 quantisation of the linears' activations and output gradients, memory-bound
+                  (FP8_CAST_BYTES_PER_ELEMENT x `fp8_cast_elements_per_token` / HBM bandwidth)
                   eff: the type's measured hardware efficiency (`GPUType.efficiency`: HFU, recompute included)
                 + MoE layers: the routed experts' GEMMs at their roofline share min(1, intensity x HBM bandwidth /
                   peak) of tokens per expert = ep etp b s k / (cp t E) (`expert_gemm_roofline_fraction`), and the
@@ -97,6 +100,13 @@ CP_KV_PASSES_RECOMPUTE = 1
 # `query_projection_size * seq_length / 2  # causal mask (only half of the mask is non-zero)` (NVIDIA/Megatron-LM
 # @60e03962); flash_attn's benchmarks/benchmark_flash_attention.py flops() divides by 2 `if causal` likewise.
 CAUSAL_KEYS_FRACTION = 0.5
+# Flash attention's backward kernel recomputes the scores S = Q K^T from the saved log-sum-exp (it never stores the
+# s x s probabilities), then runs dP = dO V^T, dV = P^T dO, dQ = dS K and dK = dS^T Q: 5 matmuls against the
+# forward's 2, i.e. 2.5x the forward FLOPs, not the 2x of eq. 3 (Dao 2023, FlashAttention-2, arXiv 2307.08691
+# Algorithm 2; Dao-AILab/flash-attention@c082294e benchmarks/benchmark_flash_attention.py `flops`:
+# `2.5 * f if mode == "bwd"`). The extra half-forward is executed time, not model FLOPs (MFU keeps eq. 3's count);
+# eager attention saves the probabilities and its backward is the plain 2x.
+FLASH_BACKWARD_FORWARDS = 2.5
 # Megatron's gradient buckets: DistributedDataParallel.__init__ (megatron/core/distributed/
 # distributed_data_parallel.py) sets bucket_size = max(40000000, 1000000 x data-parallel size) parameters when
 # overlap_grad_reduce is on. The last bucket's reduce-scatter starts only after the last backward op (and the first
@@ -127,6 +137,18 @@ MOE_PERMUTE_PASSES = 4
 MOE_PERMUTE_PASSES_RECOMPUTE = 2  # full recomputation re-runs the forward pair
 # Element bytes of an fp8 GEMM operand (e4m3 / e5m2), for the expert GEMMs' arithmetic intensity
 FP8_OPERAND_BYTES = 1
+# fp8 linears quantise their bf16 operands on the fly: Transformer Engine's _Linear.forward casts the input and
+# _Linear.backward the output gradient (transformer_engine/pytorch/module/linear.py, NVIDIA/TransformerEngine
+# @0004dbd0: `fp8_cast_transpose_fused(inputmat, ...)` in forward, `grad_output_preprocess` in backward; newer
+# releases do the same through `input_quantizer` / `grad_output_quantizer`), each with a fused cast + transpose
+# (transformer_engine/common/transpose/cast_transpose.cu): Hopper's fp8 tensor cores take only the TN layout, so
+# the weight-gradient GEMM needs X^T and dY^T in fp8 too; torchao's Float8Linear (tensorwise, torchtitan) casts the
+# same tensors. Per element: read the bf16 value (2 bytes), write the fp8 row-wise copy (1) and the transposed one
+# (1). The inputs of the linears that follow a norm (QKV, the MLP's first GEMM) come out of TE's fused
+# LayerNormLinear already in fp8 (the norm writes fp8 in place of bf16: no extra pass); the attention output
+# projection's and the MLP's second GEMM's inputs, and every linear's output gradient, are cast by a kernel of
+# their own. Weights are cast once per step (TE caches them across micro-batches, `is_first_microbatch`): left out.
+FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1
 
 
 # --- FLOPs ---------------------------------------------------------------------------------------------------------
@@ -143,6 +165,8 @@ class TokenFlops:
     dense_linear: float = 0.0  # the linear-layer GEMMs of a dense layer (projections and MLP), recompute included
     moe_linear: float = 0.0  # the same for a routed-expert layer (attention projections + top-k experts + shared)
     attention: float = 0.0  # the attention core of one layer (either kind), recompute included
+    # executed by flash attention's backward beyond eq. 3's count (FLASH_BACKWARD_FORWARDS): time, not model FLOPs
+    attention_kernel_extra: float = 0.0
 
 
 def token_flops(model: ModelSpec, training: TrainingSpec) -> TokenFlops:
@@ -181,10 +205,11 @@ def token_flops(model: ModelSpec, training: TrainingSpec) -> TokenFlops:
     def layer(weights: float) -> float:
         return passes * weights + attention
 
+    kernel_extra = (FLASH_BACKWARD_FORWARDS - 2) * attn_fwd if training.attention == "flash" else 0.0
     return TokenFlops(dense_layer=layer(dense_weights), moe_layer=layer(moe_weights),
                       head=FLOPS_PER_PARAM_TOKEN * model.vocab_size * model.hidden_size,
                       dense_linear=passes * (dense_weights - norms), moe_linear=passes * (moe_weights - norms),
-                      attention=attention)
+                      attention=attention, attention_kernel_extra=kernel_extra)
 
 
 def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
@@ -303,7 +328,7 @@ class StepTime:
     tp_comm_overlapped_s: float = 0.0  # the tensor-parallel traffic's seconds hidden behind the linear GEMMs
     compute_linear_s: float = 0.0  # of compute_s: the linear GEMMs (fp8 peak under fp8_linears) and the LM head
     compute_attention_s: float = 0.0  # of compute_s: the attention core (QK^T, AV; bf16 flash attention)
-    compute_other_s: float = 0.0  # of compute_s: the norms (element-wise; counted as 6 FLOPs per weight)
+    compute_other_s: float = 0.0  # of compute_s: the norms (6 FLOPs per weight) and fp8 quantisation passes
 
     @property
     def tokens_per_s(self) -> float:
@@ -373,8 +398,18 @@ def _components(
     fp8 = training.fp8_linears and setup.compute_dtype == "bf16"
     linear_time_share = peak_flops_s / (gpu.peak_tflops("fp8") * 1e12) if fp8 else 1.0
     # per-token FLOPs at the bf16 rate that take the same time (the linears' scaled by bf16 peak / fp8 peak)
-    dense_time_flops = per_token.dense_layer - (1.0 - linear_time_share) * per_token.dense_linear
-    moe_time_flops = per_token.moe_layer - (1.0 - linear_time_share) * per_token.moe_linear
+    # (+ the flash backward's recomputed scores, FLASH_BACKWARD_FORWARDS: time only)
+    dense_time_flops = (per_token.dense_layer - (1.0 - linear_time_share) * per_token.dense_linear
+                        + per_token.attention_kernel_extra)
+    moe_time_flops = (per_token.moe_layer - (1.0 - linear_time_share) * per_token.moe_linear
+                      + per_token.attention_kernel_extra)
+    if fp8 and gpu.fp8_tflops is not None:
+        # the fp8 quantisation passes (FP8_CAST_BYTES_PER_ELEMENT), memory-bound: bytes / HBM bandwidth, as the
+        # bf16-rate FLOPs that take as long on the stage (x peak x eff, as _moe_extra_time_flops)
+        dense_cast, moe_cast = fp8_cast_elements_per_token(model, training)
+        to_flops = FP8_CAST_BYTES_PER_ELEMENT / (gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
+        dense_time_flops = dense_time_flops + dense_cast * to_flops
+        moe_time_flops = moe_time_flops + moe_cast * to_flops
     if model.is_moe:
         moe_time_flops = moe_time_flops + _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8,
                                                                 peak_flops_s * linear_time_share, eff)
@@ -507,7 +542,7 @@ def _components(
     layer_linear_s = tokens * linear_time_share * ((layers - moe) * per_token.dense_linear
                                                    + moe * per_token.moe_linear) / stage_flops_s
     compute_linear_s = layer_linear_s + tokens * head_flops / stage_flops_s
-    compute_attention_s = tokens * layers * per_token.attention / stage_flops_s
+    compute_attention_s = tokens * layers * (per_token.attention + per_token.attention_kernel_extra) / stage_flops_s
     compute_other_s = compute_s - compute_linear_s - compute_attention_s
     overlap_dp, overlap_tp = comm_overlaps(training)
     # Tensor-parallel comm overlap (Megatron --tp-comm-overlap: Transformer Engine's userbuffers split each
@@ -600,6 +635,35 @@ def expert_gemm_roofline_fraction(tokens_per_expert, k_dim, n_dim, operand_bytes
     return np.minimum(1.0, intensity * bandwidth_bytes_s / peak_flops_s)
 
 
+def fp8_cast_elements_per_token(model: ModelSpec, training: TrainingSpec) -> tuple[float, float]:
+    """Elements per token one dense layer and one routed-expert layer quantise to fp8 (FP8_CAST_BYTES_PER_ELEMENT
+    each), forward + backward (+ the replayed forward's under full recomputation); over all t ranks together.
+
+    forward   attention output projection input (heads x v_head_dim) + the MLP's second GEMM's input (ffn; MoE:
+              top-k x expert ffn, the permuted copies)
+    backward  each linear's output gradient: QKV (q + k + v widths), output projection (h), first MLP GEMM
+              (2 ffn SwiGLU, ffn GeLU), second (h); the experts' per routed copy (top-k of them)
+
+    >>> from frenzy_core.models import ZOO
+    >>> fp8_cast_elements_per_token(ZOO["gpt2"], TrainingSpec())  # 768 + 3072 forward, 2304 + 768 + 3072 + 768
+    (10752.0, 10752.0)
+    """
+    h = model.hidden_size
+    glu = 2 if model.mlp_kind == "swiglu" else 1
+    attn_fwd = model.attention_output_dim
+    attn_bwd = model.q_dim + model.kv_dim + model.v_dim + h
+    dense_fwd, dense_bwd = attn_fwd + model.ffn, attn_bwd + glu * model.ffn + h
+    k, e_ffn = model.moe_top_k, model.expert_ffn
+    shared = model.num_shared_experts * e_ffn if model.is_moe else 0
+    moe_fwd = attn_fwd + k * e_ffn + shared
+    moe_bwd = attn_bwd + k * (glu * e_ffn + h) + (glu * shared + h if shared else 0)
+    share = -(-model.num_layers // training.recompute_every) / model.num_layers
+    replay = share if training.recompute == "full" else 0.0
+    dense = (1 + replay) * dense_fwd + dense_bwd
+    moe = (1 + replay) * moe_fwd + moe_bwd if model.is_moe else dense
+    return float(dense), float(moe)
+
+
 def _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8, gemm_peak_flops_s, eff):
     """What a routed-expert layer costs beyond its FLOPs at the type's efficiency, per token, as bf16-rate FLOPs
     that take the same time on the stage (`_components` divides by d t cp x bf16 peak x eff):
@@ -656,7 +720,7 @@ def step_time(
     >>> st = step_time(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp"),
     ...                Parallelism(), CATALOG["A100-40GB"], mfu=0.5)
     >>> round(st.compute_s, 4), round(st.step_time_s, 4), st.dp_comm_s
-    (0.0419, 0.1652, 0.0)
+    (0.0424, 0.1657, 0.0)
     """
     check_parallelism(model, training, par)
     c = _components(
@@ -735,7 +799,7 @@ def step_time_totals(
     >>> from frenzy_core.models import ZOO
     >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
     >>> step_time_totals(ZOO["gpt2"], tr, CATALOG["A100-40GB"], [1, 2], 1, 1, [8, 4], mfu=0.5).round(4)
-    array([0.1652, 0.1459])
+    array([0.1657, 0.1461])
     """
     c = _components(
         model,

@@ -25,6 +25,10 @@ LAYER_WEIGHTS = 12 * H * H + 13 * H  # 7,087,872
 # Attention scores and context over the keys a causal flash kernel computes: s / 2 per query (perf.CAUSAL_KEYS_FRACTION)
 KEYS = S // 2
 PER_TOKEN_FLOPS = 6 * (L * LAYER_WEIGHTS + V * H) + 12 * L * H * KEYS  # weights fwd+bwd + attention scores/context
+# What the step spends time on: flash attention's backward recomputes QK^T, 2.5 forwards instead of eq. 3's 2
+# (perf.FLASH_BACKWARD_FORWARDS): half a forward more of the attention core, 0.5 x 4 h keys per layer and token
+FLASH_EXTRA_PER_LAYER = 2 * H * KEYS
+PER_TOKEN_TIME_FLOPS = PER_TOKEN_FLOPS + L * FLASH_EXTRA_PER_LAYER
 
 
 def amp(global_batch: int, micro_batch: int, **kw) -> TrainingSpec:
@@ -91,11 +95,11 @@ OPT_BYTES = (4 + 4 + 0 + 8) + (4 + 0 + 8)  # amp AdamW sweep: read param, grad, 
 
 def test_single_a100_by_hand():
     st = step_time(GPT2, amp(8, 8), Parallelism(), A100, mfu=0.5)
-    compute = 8 * S * PER_TOKEN_FLOPS / (312e12 * 0.5)
+    compute = 8 * S * PER_TOKEN_TIME_FLOPS / (312e12 * 0.5)
     optimizer = GPT2_PARAMS * OPT_BYTES / 1555e9
     assert isinstance(st, StepTime)
     assert st.compute_s == pytest.approx(compute, rel=1e-12)
-    assert st.compute_s == pytest.approx(0.041933, rel=1e-4)
+    assert st.compute_s == pytest.approx(0.042429, rel=1e-4)
     assert st.optimizer_s == pytest.approx(optimizer, rel=1e-12)
     assert st.tp_comm_s == st.dp_comm_s == st.pp_bubble_s == st.pp_p2p_s == 0.0
     # The A100's measured fixed per-step cost (0.121 s, Sia bert one-GPU intercept) is charged by default.
@@ -110,11 +114,11 @@ def test_catalog_defaults_on_one_t4_by_hand():
     """No mfu given: the T4's catalog figures. amp computes on tensor cores (65 TF x mfu 0.148); fp32 on 8.1 TF x 0.569."""
     t4 = CATALOG["T4"]
     st = step_time(GPT2, amp(8, 8), Parallelism(), t4)
-    compute = 8 * S * PER_TOKEN_FLOPS / (65e12 * 0.148)
+    compute = 8 * S * PER_TOKEN_TIME_FLOPS / (65e12 * 0.148)
     optimizer = GPT2_PARAMS * OPT_BYTES / 320e9
     assert st.step_time_s == pytest.approx(compute + optimizer + 0.214, rel=1e-12)
     fp32 = step_time(GPT2, TrainingSpec(seq_len=S, global_batch=8, micro_batch=8, precision="fp32"), Parallelism(), t4)
-    assert fp32.compute_s == pytest.approx(8 * S * PER_TOKEN_FLOPS / (8.1e12 * 0.569), rel=1e-12)
+    assert fp32.compute_s == pytest.approx(8 * S * PER_TOKEN_TIME_FLOPS / (8.1e12 * 0.569), rel=1e-12)
 
 
 def test_measured_link_efficiency_slows_the_all_reduce_by_hand():
@@ -128,7 +132,7 @@ def test_data_parallel_inside_a_node_by_hand():
     allreduce = 2 * (2 - 1) / 2 * GPT2_PARAMS * 4 / 300e9  # ring, fp32 grads, NVLink
     assert st.dp_comm_s == pytest.approx(allreduce, rel=1e-12)
     assert st.dp_comm_s == pytest.approx(1.6592e-3, rel=1e-4)
-    assert st.compute_s == pytest.approx(8 * S * PER_TOKEN_FLOPS / (2 * 312e12 * 0.5), rel=1e-12)
+    assert st.compute_s == pytest.approx(8 * S * PER_TOKEN_TIME_FLOPS / (2 * 312e12 * 0.5), rel=1e-12)
 
 
 def test_data_parallel_across_nodes_uses_the_nic():
@@ -138,13 +142,13 @@ def test_data_parallel_across_nodes_uses_the_nic():
 
 
 # GPT-2 on two stages of 6 layers: the last also runs the LM head (6 V h per token), so it paces the pipeline.
-LAST_OF_TWO_STAGE_FLOPS = 6 * (6 * LAYER_WEIGHTS + V * H) + 12 * 6 * H * KEYS  # per token: 515,059,200
+LAST_OF_TWO_STAGE_FLOPS = 6 * (6 * LAYER_WEIGHTS + V * H) + 6 * (12 * H * KEYS + FLASH_EXTRA_PER_LAYER)  # per token
 
 
 def test_pipeline_bubble_and_sends_by_hand():
     st = step_time(GPT2, amp(8, 1), Parallelism(pp=2), A100, mfu=0.5)
     m = 8  # global 8 / (d 1 x micro 1)
-    assert LAST_OF_TWO_STAGE_FLOPS == 515_059_200
+    assert LAST_OF_TWO_STAGE_FLOPS == 519_777_792  # 515,059,200 of eq. 3 + 6 layers x 2 h keys
     compute = 8 * S * LAST_OF_TWO_STAGE_FLOPS / (1 * 312e12 * 0.5)  # the last stage's work on its d x t = 1 GPU
     assert st.slowest_stage == 1
     assert st.compute_s == pytest.approx(compute, rel=1e-12)
@@ -380,7 +384,10 @@ def test_context_parallel_ring_by_hand():
     # the 8 cp ranks hold the same parameters: their fp32 gradients are all-reduced over d x cp = 8 ranks
     assert st.dp_comm_s == pytest.approx(2 * 7 / 8 * LLAMA8.parameter_count() * 4 / 300e9, rel=1e-12)
     assert st.num_gpus == 8
-    assert st.compute_s == pytest.approx(training_flops_per_step(LLAMA8, tr) / (8 * 312e12 * 0.5), rel=1e-12)
+    # compute: eq. 3's FLOPs plus flash attention's recomputed scores in backward (half a forward of the core)
+    flash_extra = 2 * 32768 * LLAMA8.num_layers * 2 * LLAMA8.hidden_size * 32768 / 2
+    assert st.compute_s == pytest.approx((training_flops_per_step(LLAMA8, tr) + flash_extra) / (8 * 312e12 * 0.5),
+                                         rel=1e-12)
     # t 2 x cp 8 spans two nodes: the hop out of a node shares the 100 Gbit/s NIC with the node's other t ring
     far = step_time(LLAMA8, tr, Parallelism(tp=2, cp=8), A100, mfu=0.5, network_gbit_s=100, gpus_per_node=8)
     assert far.cp_comm_s == pytest.approx(3 * 32 * m * 7 * (chunk / 2) / (12.5e9 / 2), rel=1e-12)
@@ -430,7 +437,7 @@ def test_expert_tensor_parallelism_sets_the_expert_shard_and_its_ring():
 # --- uneven pipeline stages: the slowest stage paces the pipeline ---------------------------------------------------
 # 8 GPT-2-small layers with a 16-token vocabulary (its head, 6 x 16 x 768 FLOPs per token, is all but free)
 EIGHT = ModelSpec(name="eight", vocab_size=16, hidden_size=H, num_layers=8, num_heads=12, max_positions=S)
-LAYER_TOKEN_FLOPS = 6 * LAYER_WEIGHTS + 12 * H * KEYS  # one layer, forward + backward: 47,245,824 per token
+LAYER_TOKEN_FLOPS = 6 * LAYER_WEIGHTS + 12 * H * KEYS + FLASH_EXTRA_PER_LAYER  # one layer's time, fwd + bwd
 SMALL_HEAD_TOKEN_FLOPS = 6 * 16 * H
 
 
@@ -440,7 +447,7 @@ def test_two_stages_of_3_and_5_layers_are_paced_by_the_5(first, last, slowest):
                    mfu=0.5)
     m = 8
     stage_flops = 8 * S * (5 * LAYER_TOKEN_FLOPS + (SMALL_HEAD_TOKEN_FLOPS if slowest == 1 else 0))
-    assert LAYER_TOKEN_FLOPS == 47_245_824
+    assert LAYER_TOKEN_FLOPS == 48_032_256  # 47,245,824 of eq. 3 + 2 h keys
     assert st.slowest_stage == slowest
     assert st.compute_s == pytest.approx(stage_flops / (312e12 * 0.5), rel=1e-12)
     assert st.pp_bubble_s == pytest.approx((2 - 1) / m * st.compute_s, rel=1e-12)  # t = 1: no tp/ep/cp time
@@ -535,6 +542,10 @@ def test_the_slowest_stage_is_the_slowest_of_all_stages(name, par):
     # an MoE layer's expert-GEMM roofline and permutation time, as FLOPs at the stage's rate (b = t = cp = ep = 1)
     moe_layer = per_token.moe_layer + float(_moe_extra_time_flops(model, tr, A100, 1.0, 1.0, 1.0, 1.0, 1.0, False,
                                                                   312e12, 0.5))
+    # every layer's attention core as flash attention runs it (perf.FLASH_BACKWARD_FORWARDS)
+    moe_layer += per_token.attention_kernel_extra
+    per_token = per_token.__class__(**{**per_token.__dict__,
+                                       "dense_layer": per_token.dense_layer + per_token.attention_kernel_extra})
     layers = par.stage_layers(model.num_layers)
     dense = stage_leading_layers(model.num_layers, model.first_k_dense, par.pp, np.arange(par.pp),
                                  par.first_stage_layers, par.last_stage_layers, par.vp)
@@ -551,6 +562,43 @@ H100 = CATALOG["H100-80GB"]  # 989 TF bf16, 1,979 TF fp8 dense
 LINEAR_WEIGHTS = 12 * H * H + 9 * H  # a GPT-2 layer's projection and MLP weights (its 2 LayerNorms hold the other 4h)
 
 
+# GPT-2 elements quantised to fp8 per layer and token: forward the output projection's input (h) and the MLP's second
+# GEMM's input (4h; QKV and fc1 take theirs from TE's fused LayerNormLinear); backward every linear's output gradient,
+# QKV 3h + projection h + fc1 4h + fc2 h: 768 + 3072 + 2304 + 768 + 3072 + 768 = 10,752
+FP8_CAST_ELEMENTS_GPT2 = H + 4 * H + 3 * H + H + 4 * H + H
+
+
+def test_fp8_quantisation_reads_bf16_and_writes_fp8_and_its_transpose_by_hand():
+    from frenzy_core.perf import FP8_CAST_BYTES_PER_ELEMENT, fp8_cast_elements_per_token
+
+    tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=8, precision="bf16-master", fp8_linears=True)
+    assert FP8_CAST_BYTES_PER_ELEMENT == 2 + 1 + 1
+    assert fp8_cast_elements_per_token(GPT2, tr) == (FP8_CAST_ELEMENTS_GPT2, FP8_CAST_ELEMENTS_GPT2)
+    # full recomputation replays the forward casts (h + 4h), once per checkpointed layer
+    full = fp8_cast_elements_per_token(GPT2, tr.model_copy(update={"recompute": "full"}))
+    assert full[0] == FP8_CAST_ELEMENTS_GPT2 + 5 * H
+    # MoE: the experts' casts are per routed copy (top-k), qwen3-30b-a3b: k 8, expert ffn 768, SwiGLU
+    qwen = ZOO["qwen3-30b-a3b"]
+    _, moe = fp8_cast_elements_per_token(qwen, tr)
+    attn = qwen.attention_output_dim + qwen.q_dim + qwen.kv_dim + qwen.v_dim + qwen.hidden_size
+    assert moe == attn + 8 * 768 + 8 * (2 * 768 + qwen.hidden_size)
+    # on one H100 the passes cost bytes / HBM bandwidth, in the step's compute; none without fp8 linears
+    on = step_time(GPT2, tr, Parallelism(), H100, mfu=0.5, overhead_s=0.0)
+    off = step_time(GPT2, tr.model_copy(update={"fp8_linears": False}), Parallelism(), H100, mfu=0.5, overhead_s=0.0)
+    assert on.compute_other_s - off.compute_other_s == pytest.approx(8 * S * L * 10_752 * 4 / 3350e9, rel=1e-9)
+
+
+def test_flash_backward_runs_two_and_a_half_forwards_of_the_attention_core_by_hand():
+    """4 h keys FLOPs per layer and token forward; eq. 3 charges backward 2x that (model FLOPs), flash attention's
+    kernel 2.5x (it recomputes Q K^T): time for 3.5 forwards; eager attention keeps the probabilities: 3."""
+    tr = amp(8, 8)
+    flash = step_time(GPT2, tr, Parallelism(), A100, mfu=0.5)
+    assert flash.compute_attention_s == pytest.approx(8 * S * L * 3.5 * 4 * H * KEYS / (312e12 * 0.5), rel=1e-12)
+    assert flash.flops_per_step == training_flops_per_step(GPT2, tr)  # model FLOPs unchanged: eq. 3
+    eager = step_time(GPT2, tr.model_copy(update={"attention": "eager"}), Parallelism(), A100, mfu=0.5)
+    assert eager.compute_attention_s == pytest.approx(8 * S * L * 3 * 4 * H * S / (312e12 * 0.5), rel=1e-12)
+
+
 def test_fp8_linears_run_at_the_fp8_peak_and_attention_norms_and_head_at_bf16_by_hand():
     tr = TrainingSpec(seq_len=S, global_batch=8, micro_batch=8, precision="bf16-master")
     bf16 = step_time(GPT2, tr, Parallelism(), H100, mfu=0.5, overhead_s=0.0)
@@ -558,12 +606,13 @@ def test_fp8_linears_run_at_the_fp8_peak_and_attention_norms_and_head_at_bf16_by
     tokens = 8 * S
     linear = tokens * L * 6 * LINEAR_WEIGHTS / (1979e12 * 0.5)  # the layers' GEMMs at the fp8 peak
     head = tokens * 6 * V * H / (989e12 * 0.5)  # the output layer stays bf16 (TE / torchtitan keep it out of fp8)
-    attention = tokens * L * 12 * H * KEYS / (989e12 * 0.5)  # flash attention, bf16
+    attention = tokens * L * (12 * H * KEYS + FLASH_EXTRA_PER_LAYER) / (989e12 * 0.5)  # flash attention, bf16
     norms = tokens * L * 6 * 4 * H / (989e12 * 0.5)
+    casts = tokens * L * FP8_CAST_ELEMENTS_GPT2 * 4 / 3350e9  # fp8 quantisation passes, HBM-bound (below)
     assert fp8.compute_linear_s == pytest.approx(linear + head, rel=1e-12)
     assert fp8.compute_attention_s == pytest.approx(attention, rel=1e-12)
-    assert fp8.compute_other_s == pytest.approx(norms, rel=1e-9)
-    assert fp8.compute_s == pytest.approx(linear + head + attention + norms, rel=1e-12)
+    assert fp8.compute_other_s == pytest.approx(norms + casts, rel=1e-9)
+    assert fp8.compute_s == pytest.approx(linear + head + attention + norms + casts, rel=1e-12)
     assert fp8.compute_attention_s == bf16.compute_attention_s and fp8.compute_s < bf16.compute_s
     assert fp8.flops_per_step == bf16.flops_per_step  # the same FLOPs, run faster
 
