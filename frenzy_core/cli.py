@@ -104,8 +104,20 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--offload", default="none", choices=["none", "optimizer", "params"],
                    help="CPU offload: optimizer states + grads (ZeRO-Offload), or the parameters too")
     p.add_argument("--lora-rank", type=int, default=0, help="LoRA rank (0: full training); the base is frozen")
-    p.add_argument("--lora-targets", default="all-linear", choices=["attention", "all-linear"])
-    p.add_argument("--base-quant", default="none", choices=["none", "nf4", "nf4-dq"], help="QLoRA: NF4 base linears")
+    p.add_argument("--lora-targets", default="all-linear",
+                   help="attention, all-linear, or a comma list of q,k,v,o,gate,up,down,head")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout P (keeps a mask + dropped input)")
+    p.add_argument("--lora-variant", default="lora", choices=["lora", "dora"])
+    p.add_argument("--base-quant", default="none", choices=["none", "nf4", "nf4-dq", "int8"],
+                   help="frozen base linears: NF4 (QLoRA), NF4 + double quantisation, LLM.int8")
+    p.add_argument("--quant-backend", default="bitsandbytes", choices=["bitsandbytes", "bitsandbytes-legacy", "torchao"],
+                   help="bitsandbytes (>= 0.43.2), bitsandbytes-legacy (< 0.43.2: saves each input), torchao NF4")
+    p.add_argument("--quant-head", action="store_true", help="quantise the LM head too (LitGPT)")
+    p.add_argument("--loss-dtype", default="fp32", choices=["fp32", "bf16"], help="dtype the loss keeps")
+    p.add_argument("--optimizer-dtype", default="auto", choices=["auto", "fp32", "bf16"], help="optimizer states")
+    p.add_argument("--paged-optimizer", action="store_true", help="bitsandbytes paged optimizer states")
+    p.add_argument("--optimizer-in-backward", action="store_true", help="step and free each gradient in backward")
+    p.add_argument("--activation-offload", action="store_true", help="saved activations offloaded to the host")
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
     p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
     p.add_argument("--moe-grouped-gemm", action="store_true", help="Megatron --moe-grouped-gemm (TE GroupedLinear)")
@@ -142,6 +154,10 @@ def _model(args):
     return load_hf_config(args.config) if args.config else get_model(args.model)
 
 
+_FINETUNE_FLAGS = ("lora_dropout", "lora_variant", "quant_backend", "quant_head", "loss_dtype", "optimizer_dtype",
+                   "paged_optimizer", "optimizer_in_backward", "activation_offload")
+
+
 def _training(args, dp: int = 1):
     from frenzy_core.training import make_training
 
@@ -157,6 +173,7 @@ def _training(args, dp: int = 1):
         sequence_parallel=args.sequence_parallel, framework=args.framework,
         recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
+        **{f: getattr(args, f) for f in _FINETUNE_FLAGS if hasattr(args, f)},
         fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,
         overlap_dp_comm={"on": True, "off": False}.get(getattr(args, "overlap_dp_comm", "auto")),
         tp_comm_overlap={"on": True, "off": False}.get(getattr(args, "tp_comm_overlap", "auto")),

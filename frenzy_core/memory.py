@@ -639,17 +639,13 @@ def layer_activations(
         casts = (2 if recipe.separate_projections and model.mlp_kind == "swiglu" else 1) if autocast_inputs else 0
         shared_experts = act * h * casts + _mlp_inner_bytes(model, recipe, act, shared_inner, autocast_inputs)
     if training.lora_rank:
-        # Frozen linears save no input for a weight gradient (autograd saves mm's `self` only when the weight needs
-        # a gradient); a LoRA adapter's lora_A keeps its input and lora_B the r-wide x A (peft/tuners/lora/layer.py
-        # Linear.forward). Attention linears always carry adapters here; the MLP's only with all-linear.
-        r, mlp_targets = training.lora_rank, (3 if model.mlp_kind == "swiglu" else 2)
-        adapters = 4 + (mlp_targets if training.lora_targets == "all-linear" else 0)
-        if training.lora_targets == "attention":
-            fc1_input = 0  # the norm output: only fc1 / gate / up would keep it
-            second_input = act * inner  # fc2 / down input (GELU output or SwiGLU product), no longer saved
-            mlp_inner = mlp_inner - second_input
-        attention_split += act * r * 4
-        mlp_inner += act * r * (adapters - 4)
+        lora = lora_layer_terms(model, training, act, inner, autocast_inputs, separate_qkv, recipe.separate_projections)
+        qkv_input = qkv_input if lora.qkv_input is None else lora.qkv_input
+        fc1_input = fc1_input if lora.fc1_input is None else lora.fc1_input
+        attention_split += lora.attention_extra
+        mlp_inner += lora.mlp_extra
+        if training.attention == "eager" and not model.is_mla and not lora.o_input_kept:
+            attention_split -= act * o  # the context copy only the output projection kept
     if training.fp8_linears:
         # Transformer Engine fp8 (transformer_engine/pytorch/module/layernorm_linear.py, linear.py, _Linear.forward):
         # the input each linear keeps for its weight gradient is its fp8 cast (1 B): the norm outputs of QKV and
@@ -786,6 +782,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     zero = effective_zero_stage(training)
     shard_optimizer = 1 if (training.distributed_optimizer and zero == 0) else zero  # Megatron's = ZeRO-1
     opt_state, opt_temp = training.optimizer_bytes(ps)
+    if training.paged_optimizer:
+        # bitsandbytes optim/optimizer.py get_state_buffer (at 95f9af30): a state of >= 1e5 elements is
+        # F.get_paged (cudaMallocManaged), outside PyTorch's allocator, paged to the host under pressure; smaller
+        # ones are torch.zeros_like on the GPU. Its kernels step in place: no foreach temporary.
+        opt_state, opt_temp = opt_state * (1 - paged_state_fraction(model, training)), 0.0
     offload = training.offload
 
     # -- activations per micro-batch --
@@ -845,9 +846,10 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
     head_input = tokens * act * h / sp_divisor  # the LM head's linear keeps its input
     target_ids = tokens * INDEX_BYTES  # the loss keeps a contiguous copy of the shifted targets
     head_activations = final_norm_input + head_input + target_ids
+    head_activations = head_activations + tokens * lora_head_bytes_per_token(model, training, act) / sp_divisor
 
     # -- loss / LM-head buffers at the start of backward (last stage) --
-    loss_buffers = tokens * V / t * loss_bytes_per_logit(recipe, training.loss_chunks)
+    loss_buffers = tokens * V / t * loss_bytes_per_logit(recipe, training.loss_chunks, training.loss_dtype)
     if model.final_logit_softcapping is not None:
         # Gemma2ForCausalLM.forward: logits / cap, tanh, * cap before the loss: tanh's saved output (compute dtype)
         # is alive through the loss' backward
@@ -875,6 +877,12 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         layer_bytes = np.where(n_moe > 0, np.maximum(dense_terms[0], moe_terms[0]), dense_terms[0])  # recomputed
         kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
         params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et, layout)
+        if training.activation_offload:
+            # torchtune training/_activation_offloading.py OffloadActivations (at bd2a0fc7): every saved tensor of
+            # >= 1 KiB that is not a parameter goes to the host in forward and is brought back for its backward;
+            # the output head runs under NoOpManager (kept). One layer's set is on the GPU at a time (the stash of
+            # the layer being copied, or the one being brought back for its backward).
+            layers_in_flight = np.minimum(layers_in_flight, 1.0)
         acts = layers_in_flight * kept_layer + in_flight * per_micro_batch_fixed + per_stage_fixed
         moe_buffers = np.where(n_moe > 0, moe_gather_buffer + grouped_gemm_workspaces, 0.0)  # kept for the run
         acts = acts + np.where(last, head_activations, 0)
@@ -887,8 +895,11 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, expert_shard)
         weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
         if training.lora_rank:  # only the adapters train; the frozen base keeps its weights
-            lora = (n_dense + n_moe) * lora_parameters(model, training.lora_rank, training.lora_targets) / t
-            frozen = frozen_weight_bytes(model, ps, training.base_quant, params + expert_params, castable, last, t)
+            lora = (n_dense + n_moe) * lora_parameters(model, training.lora_rank, training.lora_targets,
+                                                       training.lora_variant) / t
+            lora = lora + np.where(last, lora_head_parameters(model, training) / t, 0.0)
+            frozen = frozen_weight_bytes(model, ps, training.base_quant, params + expert_params, castable, last, t,
+                                         training.quant_head)
             weights, grads, optimizer = model_state_bytes(lora, ps, opt_state, shard_optimizer, shard)
             weights = weights + frozen / (shard if zero >= 3 else 1.0)
             params, expert_params = lora, 0.0
@@ -896,6 +907,12 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             grads, optimizer, opt_step_temp = 0.0 * grads, 0.0 * optimizer, 0.0
         else:
             opt_step_temp = opt_temp
+        if training.optimizer_in_backward:
+            # torchtune _setup_optimizer(optimizer_in_bwd=True): training.register_optim_in_bwd_hooks steps each
+            # parameter in its post-accumulate-grad hook and sets its .grad to None: one gradient at a time
+            one = largest_trained_parameter(model, training, t)
+            grads = np.minimum(grads, one * ps.grad_bytes)
+            params, expert_params = np.minimum(params + expert_params, one), 0.0
         if offload == "params":  # ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only gathered layers are on the GPU
             weights = 0.0 * weights
         # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes)
@@ -931,9 +948,14 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             layout,
         )
         if training.base_quant != "none":
-            # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies
+            # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies;
+            # MatMul8bitLt.backward `state.CB.to(ctx.dtype_A, copy=True)`, torchao LinearNF4.backward
+            # `weight.to(grad_output.dtype)` alike. A quantised head is dequantized for the loss' backward.
             inner = model.expert_ffn if model.is_moe else model.ffn
-            copies_at_loss = max(h * model.q_dim, h * inner) / t * ps.activation_bytes
+            largest_linear = max(h * model.q_dim, h * inner) / t
+            if training.quant_head:
+                largest_linear = np.where(last, np.maximum(largest_linear, V * h / t), largest_linear)
+            copies_at_loss = largest_linear * ps.activation_bytes
             one_layer_copies = 0.0
         if training.fp8_linears:
             # TE caches each linear weight's fp8 cast and its transpose across the micro-batches of a step
@@ -1152,46 +1174,230 @@ def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup,
     return grads, all_gather
 
 
-def lora_parameters(model: ModelSpec, rank: int, targets: str) -> int:
+def lora_parameters(model: ModelSpec, rank: int, targets: str, variant: str = "lora") -> int:
     """Adapter parameters of one layer: r x (in + out) per targeted linear (peft LoraLayer.update_layer: lora_A is
-    in x r, lora_B r x out).
+    in x r, lora_B r x out), DoRA's magnitude vector (out) too (peft dora.py DoraLinearLayer.update_layer:
+    `nn.Parameter(weight_norm)`, one per output row). The head's adapter is `lora_head_parameters`.
 
     >>> from frenzy_core.models import ZOO
     >>> lora_parameters(ZOO["llama-3.1-8b"], 16, "attention")  # 16 x (8,192 + 5,120 + 5,120 + 8,192)
     425984
+    >>> lora_parameters(ZOO["llama-3.1-8b"], 8, "q,v")  # 8 x (8,192 + 5,120)
+    106496
     """
+    from frenzy_core.training import lora_targets_set
+
     h, q, kv, ffn = model.hidden_size, model.q_dim, model.kv_dim, model.ffn
-    shapes = [(h, q), (h, kv), (h, kv), (q, h)]
-    if targets == "all-linear":
-        shapes += [(h, ffn), (h, ffn), (ffn, h)] if model.mlp_kind == "swiglu" else [(h, ffn), (ffn, h)]
-    return rank * sum(i + o for i, o in shapes)
+    chosen = lora_targets_set(targets)
+    shapes = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h)}
+    shapes.update({"gate": (h, ffn), "up": (h, ffn), "down": (ffn, h)} if model.mlp_kind == "swiglu"
+                  else {"up": (h, ffn), "down": (ffn, h)})
+    picked = [shapes[n] for n in shapes if n in chosen]
+    magnitude = sum(o for _, o in picked) if variant == "dora" else 0
+    return rank * sum(i + o for i, o in picked) + magnitude
+
+
+def lora_head_parameters(model: ModelSpec, training: TrainingSpec) -> int:
+    """The LM head's adapter (lora_targets includes head): r x (h + V), DoRA + V."""
+    if "head" not in training.lora_target_set:
+        return 0
+    dora = model.vocab_size if training.lora_variant == "dora" else 0
+    return training.lora_rank * (model.hidden_size + model.vocab_size) + dora
+
+
+@dataclass(frozen=True)
+class _LoraLayerTerms:
+    """Per-token bytes of one layer that LoRA changes: the linears' kept inputs (None: as full training) and what
+    the adapters add in the attention block and in the MLP (`layer_activations` adds them to its groups)."""
+
+    qkv_input: float | None
+    fc1_input: float | None
+    attention_extra: float
+    mlp_extra: float
+    o_input_kept: bool
+
+
+def base_keeps_inputs(training: TrainingSpec) -> bool:
+    """Whether a frozen quantised linear saves its input for backward (bitsandbytes/autograd/_functions.py at
+    95f9af30: MatMul8bitLt.forward `ctx.tensors = (CAt, subA, A)`, A a view of the input; MatMul4Bit.forward
+    `ctx.tensors = (None, B)`, but `(A, B)` before 0.43.2, commit 9e753741; torchao nf4_tensor.py at 36027d82
+    LinearNF4.forward `ctx.save_for_backward(weight)` only). A frozen bf16 nn.Linear saves no input: autograd keeps
+    mm's `self` only for a weight gradient."""
+    return training.base_quant == "int8" or (training.base_quant in ("nf4", "nf4-dq")
+                                              and training.quant_backend == "bitsandbytes-legacy")
+
+
+def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: int, autocast_inputs: bool,
+                     separate_qkv: bool, separate_mlp: bool) -> _LoraLayerTerms:
+    """What a LoRA layer keeps for backward, per token, by group of linears sharing an input.
+
+    peft/tuners/lora/layer.py Linear.forward (huggingface/peft at 5d602fdb): `result = base_layer(x)` then
+    `result + lora_B(lora_A(dropout(x))) * scaling`: lora_A keeps its input (x, or with lora_dropout > 0 the
+    dropped copy, and nn.Dropout its 1-byte mask: one of each per adapter, every adapter has its own dropout), lora_B
+    the r-wide lora_A output. The frozen base keeps x only when `base_keeps_inputs`. DoRA (peft/tuners/lora/dora.py
+    DoraLinearLayer.forward): `(mag_norm_scale - 1) * base_result + mag_norm_scale * lora_result * scaling`: the two
+    products keep the base output and the LoRA output, out-wide each (the weight norm is detached: no saved tensor).
+    Under autocast with separate projections each targeted linear keeps its own cast of x; a fused q|k|v (or
+    gate|up) linear is one adapter with one dropout (Lightning-AI/litgpt lit_gpt/lora.py LoRAQKVLinear.forward at
+    8641822b: `self.lora_dropout(x)` once, then a grouped conv1d for q, k and v).
+    """
+    targets = training.lora_target_set
+    swiglu = model.mlp_kind == "swiglu"
+    r, keeps, p = training.lora_rank, base_keeps_inputs(training), training.lora_dropout
+    dropped_copy = (act + MASK_BYTES) if p > 0 else 0  # per element of one adapter's input: dropout output + mask
+    widths = {"q": (model.hidden_size, model.q_dim), "k": (model.hidden_size, model.kv_dim),
+              "v": (model.hidden_size, model.kv_dim), "o": (model.attention_output_dim, model.hidden_size),
+              "gate": (model.hidden_size, inner), "up": (model.hidden_size, inner), "down": (inner, model.hidden_size)}
+    mlp_names = ("gate", "up", "down") if swiglu else ("up", "down")
+    h = model.hidden_size
+
+    def group_input(names, separate: bool) -> float:
+        """Bytes per token kept of the input x shared by `names` (the adapters' own x, or the base's)."""
+        hit = [n for n in names if n in targets]
+        copies = len(hit) if (separate and autocast_inputs and len(names) > 1) else 1
+        if keeps:
+            copies = max(copies, 1)
+        elif not hit or p > 0:
+            copies = 0
+        # one fused linear (GPT-2 c_attn, LitGPT's LoRAQKVLinear: `self.lora_dropout(x)` once) has one dropout
+        adapters_with_dropout = len(hit) if separate else min(len(hit), 1)
+        return act * h * copies + dropped_copy * h * adapters_with_dropout
+
+    def adapters(names) -> float:
+        extra = 0.0
+        for n in names:
+            if n in targets:
+                w_in, w_out = widths[n]
+                extra += act * r  # lora_B's input
+                if training.lora_variant == "dora":
+                    extra += 2 * act * w_out  # base_result and lora_result, kept by the DoRA products
+        return extra
+
+    attention_extra = adapters(("q", "k", "v", "o"))
+    o_kept = ("o" in targets and p == 0) or keeps
+    if "o" in targets and p > 0:
+        attention_extra += dropped_copy * model.attention_output_dim
+    mlp_extra = adapters(mlp_names)
+    down_kept = ("down" in targets and p == 0) or keeps
+    if "down" in targets and p > 0:
+        mlp_extra += dropped_copy * inner
+    if not down_kept:
+        mlp_extra -= act * inner  # the down projection's input (GELU output, SwiGLU product), no longer kept
+    fc1_names = ("gate", "up") if swiglu else ("up",)
+    return _LoraLayerTerms(qkv_input=None if model.is_mla else group_input(("q", "k", "v"), separate_qkv),
+                           fc1_input=group_input(fc1_names, separate_mlp and swiglu), attention_extra=attention_extra, mlp_extra=mlp_extra,
+                           o_input_kept=o_kept)
+
+
+def lora_head_bytes_per_token(model: ModelSpec, training: TrainingSpec, act: int) -> float:
+    """Bytes per token an adapter on the LM head adds (its input is already kept, `head_input`): lora_B's r-wide
+    input; with dropout the dropped copy and mask (h wide); DoRA's two vocab-wide products."""
+    if "head" not in training.lora_target_set:
+        return 0.0
+    extra = act * training.lora_rank
+    if training.lora_dropout > 0:
+        extra += (act + MASK_BYTES) * model.hidden_size
+    if training.lora_variant == "dora":
+        extra += 2 * act * model.vocab_size
+    return float(extra)
 
 
 # bitsandbytes 4-bit (functional.quantize_4bit, blocksize 64): 4 bits per weight + an fp32 absmax per 64; with
-# double quantisation (compress_statistics) the absmax is 8-bit with an fp32 absmax per 256 blocks
+# double quantisation (compress_statistics) the absmax is 8-bit with an fp32 absmax per 256 blocks (torchao
+# to_nf4(block_size=64, scaler_block_size=256) stores the same: int8 scalers + one factor per 256 of them)
 NF4_BYTES = {"nf4": 0.5 + 4 / 64, "nf4-dq": 0.5 + 1 / 64 + 4 / (64 * 256)}
+# bitsandbytes LLM.int8 (nn/modules.py Int8Params: int8_vectorwise_quant): one int8 per weight and an fp32 scale
+# (SCB) per output row; counted per weight as 4 / hidden_size (exact for the linears reading the residual width)
+INT8_WEIGHT_BYTES = 1
+INT8_ROW_SCALE_BYTES = 4
 
 
-def frozen_weight_bytes(model: ModelSpec, ps: PrecisionSetup, base_quant: str, params, castable, last, t):
-    """Bytes of the frozen base on a stage: linears as NF4 under QLoRA (lm_head stays in the param dtype,
-    transformers BitsAndBytesConfig llm_int8_skip_modules), everything else in the parameter dtype."""
+def quantised_bytes_per_weight(model: ModelSpec, base_quant: str) -> float:
+    """Bytes per frozen linear weight under `base_quant` (NF4 / NF4-dq / int8 + its row scales)."""
+    if base_quant == "int8":
+        return INT8_WEIGHT_BYTES + INT8_ROW_SCALE_BYTES / model.hidden_size
+    return NF4_BYTES[base_quant]
+
+
+def frozen_weight_bytes(model: ModelSpec, ps: PrecisionSetup, base_quant: str, params, castable, last, t,
+                        quant_head: bool = False):
+    """Bytes of the frozen base on a stage: linears quantised (lm_head stays in the param dtype, transformers
+    BitsAndBytesConfig llm_int8_skip_modules, unless `quant_head`: LitGPT's BitsandbytesPrecision converts every
+    nn.Linear), everything else in the parameter dtype."""
     if base_quant == "none":
         return params * ps.param_bytes
-    linears = castable - np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
-    return (params - linears) * ps.param_bytes + linears * NF4_BYTES[base_quant]
+    head = 0.0 if quant_head else np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
+    linears = castable - head
+    return (params - linears) * ps.param_bytes + linears * quantised_bytes_per_weight(model, base_quant)
 
 
-def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1) -> float:
+BNB_PAGED_MIN_ELEMENTS = 100_000  # bitsandbytes get_state_buffer: `p.numel() < 1e5` stays a plain GPU tensor
+
+
+def _trained_matrices(model: ModelSpec, training: TrainingSpec) -> list[tuple[int, int]]:
+    """(elements, count) of the trained tensors: each adapter matrix (LoRA), else each full-training parameter
+    group of the model (linears, embedding / head, norms)."""
+    h, V, L = model.hidden_size, model.vocab_size, model.num_layers
+    if training.lora_rank:
+        r = training.lora_rank
+        inner = model.ffn
+        widths = {"q": (h, model.q_dim), "k": (h, model.kv_dim), "v": (h, model.kv_dim), "o": (model.q_dim, h),
+                  "gate": (h, inner), "up": (h, inner), "down": (inner, h), "head": (h, V)}
+        if model.mlp_kind != "swiglu":
+            widths.pop("gate")
+        out = []
+        for name in training.lora_target_set & set(widths):
+            i, o = widths[name]
+            n = 1 if name == "head" else L
+            out += [(r * i, n), (r * o, n)]
+            if training.lora_variant == "dora":
+                out.append((o, n))
+        return out
+    linears = model.parameter_count() - model.embedding_parameters() - (L * 2 + 1) * model.norm_parameters()
+    return [(h * model.ffn, linears / (h * model.ffn)), (V * h, model.embedding_parameters() / (V * h)),
+            (model.norm_parameters(), L * 2 + 1)]
+
+
+def paged_state_fraction(model: ModelSpec, training: TrainingSpec) -> float:
+    """Share of the trained elements whose optimizer states a paged bitsandbytes optimizer keeps in managed memory
+    (tensors of >= 1e5 elements). LoRA r = 8 on 4,096-wide linears: 32,768-element matrices, none paged.
+
+    >>> from frenzy_core.models import ZOO
+    >>> paged_state_fraction(ZOO["llama-2-7b"], TrainingSpec(lora_rank=8, lora_targets="q,v"))
+    0.0
+    """
+    groups = _trained_matrices(model, training)
+    total = sum(n * c for n, c in groups)
+    paged = sum(n * c for n, c in groups if n >= BNB_PAGED_MIN_ELEMENTS)
+    return float(paged / total) if total else 0.0
+
+
+def largest_trained_parameter(model: ModelSpec, training: TrainingSpec, t) -> float:
+    """Elements of the largest trained tensor on a GPU (split by t): the one gradient optimizer_in_backward holds."""
+    return max(n for n, _ in _trained_matrices(model, training)) / t
+
+
+def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp32") -> float:
     """Loss bytes per logit element alive in its backward; with k chunks (torchtune CEWithChunkedOutputLoss) every
     chunk's fp32 log-softmax stays saved (4 B) but only one chunk at a time holds the two fp32 gradients.
 
+    loss_dtype bf16: F.cross_entropy on bf16 logits keeps a bf16 log-softmax, and its gradients are bf16 (LitGPT
+    utils.py chunked_cross_entropy on the bf16-true model's logit chunks; torchtune's compiled
+    CEWithChunkedOutputLoss, whose partitioner saves the bf16 logits of each chunk instead of the fp32 log-softmax).
+
     >>> loss_bytes_per_logit(get_recipe("pytorch")), loss_bytes_per_logit(get_recipe("pytorch"), 8)
     (12.0, 5.0)
+    >>> loss_bytes_per_logit(get_recipe("pytorch"), 1, "bf16"), loss_bytes_per_logit(get_recipe("pytorch"), 8, "bf16")
+    (6.0, 2.5)
     """
-    if chunks == 1 or recipe.loss_bytes_per_logit != TORCH_CROSS_ENTROPY_BYTES:
+    if recipe.loss_bytes_per_logit != TORCH_CROSS_ENTROPY_BYTES:
         return float(recipe.loss_bytes_per_logit)
-    saved = FP32_BYTES  # each chunk's log-softmax output
-    return saved + (recipe.loss_bytes_per_logit - saved) / chunks
+    element = BF16_BYTES if loss_dtype == "bf16" else FP32_BYTES
+    per_logit = recipe.loss_bytes_per_logit * element / FP32_BYTES  # saved log-softmax + two gradients
+    if chunks == 1:
+        return float(per_logit)
+    saved = element  # each chunk's log-softmax output
+    return saved + (per_logit - saved) / chunks
 
 
 def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last=0):

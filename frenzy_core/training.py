@@ -25,9 +25,29 @@ Optimizer = Literal["adamw", "adamw-fused", "adamw-8bit", "sgd"]
 # Where the optimizer's states live: on the GPU; "optimizer": master weights, Adam states and gradients on the CPU
 # (ZeRO-Offload, arXiv 2101.06840 Sec. 4); "params": the parameters too (ZeRO-Infinity / FSDP2 CPUOffloadPolicy)
 Offload = Literal["none", "optimizer", "params"]
-LoraTargets = Literal["attention", "all-linear"]  # PEFT target_modules: q/k/v/o, or every linear of the blocks
-# The frozen base linears' storage: the parameter dtype, or bitsandbytes NF4 (QLoRA), with double quantisation (dq)
-BaseQuant = Literal["none", "nf4", "nf4-dq"]
+LoraTargets = Literal["attention", "all-linear"]  # PEFT target_modules presets: q/k/v/o, or every linear of the blocks
+# `TrainingSpec.lora_targets` also takes a comma list of these linears (PEFT target_modules, LitGPT lora_query / ...):
+# the attention projections, the MLP's (GELU MLPs have only up = fc1 and down = fc2) and the LM head
+LORA_LINEARS = ("q", "k", "v", "o", "gate", "up", "down", "head")
+MAX_LORA_TARGETS_CHARS = 64  # every linear named once with commas is 25 characters; longer is not a target list
+LORA_PRESETS: dict[str, frozenset[str]] = {
+    "attention": frozenset({"q", "k", "v", "o"}),
+    "all-linear": frozenset({"q", "k", "v", "o", "gate", "up", "down"}),  # PEFT "all-linear" skips the head
+}
+# The frozen base linears' storage: the parameter dtype, 4-bit NF4 (QLoRA), with double quantisation (dq), or
+# bitsandbytes LLM.int8 (Linear8bitLt: int8 weights + an fp32 scale per output row)
+BaseQuant = Literal["none", "nf4", "nf4-dq", "int8"]
+# Whose kernel runs the frozen quantised linears (what its autograd Function saves for backward differs):
+# "bitsandbytes" (>= 0.43.2) MatMul4Bit saves only the packed weight (ctx.tensors = (None, B)); "bitsandbytes-legacy"
+# (< 0.43.2, e.g. the 0.41.1 of LitGPT's resource tables) saved its input too (ctx.tensors = (A, B), removed by
+# bitsandbytes commit 9e753741, "fix QLoRA mem bug: delete useless buffered activation"); "torchao" NF4Tensor
+# (torchtune's QLoRA) LinearNF4 saves only the weight. bitsandbytes-foundation/bitsandbytes
+# bitsandbytes/autograd/_functions.py at 95f9af30 (MatMul4Bit.forward; MatMul8bitLt.forward saves (CAt, subA, A)).
+QuantBackend = Literal["bitsandbytes", "bitsandbytes-legacy", "torchao"]
+LoraVariant = Literal["lora", "dora"]  # peft LoraConfig(use_dora=...): DoRA adds a magnitude vector per linear
+LossDtype = Literal["fp32", "bf16"]  # the dtype the cross-entropy keeps its log-softmax (or logits) in
+# optimizer states' element dtype; "auto": the precision's (PrecisionSetup.state_element_bytes)
+OptimizerDtype = Literal["auto", "fp32", "bf16"]
 # none; selective (Megatron: the attention core); full (every layer keeps only its input); op-sac (PyTorch per-op
 # selective AC as torchtitan's selective_ac_option="op": matmul and attention outputs kept, the rest recomputed)
 Recompute = Literal["none", "selective", "full", "op-sac"]
@@ -71,8 +91,17 @@ class TrainingSpec(BaseModel):
     loss_chunks: int = 1  # cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)
     offload: Offload = "none"  # CPU offload of optimizer states (+ grads), or of the parameters too
     lora_rank: int = 0  # LoRA rank r (0: every parameter trains); the base model is frozen
-    lora_targets: LoraTargets = "all-linear"  # which linears carry LoRA adapters
-    base_quant: BaseQuant = "none"  # QLoRA: the frozen linears stored as NF4
+    lora_targets: str = "all-linear"  # which linears carry LoRA adapters: a preset or a comma list of LORA_LINEARS
+    lora_dropout: float = 0.0  # peft lora_dropout: > 0 keeps a mask and a dropped copy of every adapter's input
+    lora_variant: LoraVariant = "lora"  # dora: peft use_dora (weight-decomposed LoRA, arXiv 2402.09353)
+    base_quant: BaseQuant = "none"  # QLoRA: the frozen linears stored as NF4; int8: LLM.int8
+    quant_backend: QuantBackend = "bitsandbytes"  # whose quantised linear runs (what it saves for backward)
+    quant_head: bool = False  # the LM head quantised too (LitGPT's BitsandbytesPrecision converts every nn.Linear)
+    loss_dtype: LossDtype = "fp32"  # bf16: the loss keeps bf16 log-probabilities (LitGPT, torchtune compiled loss)
+    optimizer_dtype: OptimizerDtype = "auto"  # the optimizer states' dtype (auto: the precision's)
+    paged_optimizer: bool = False  # bitsandbytes paged optimizer: states >= 1e5 elements in CUDA managed memory
+    optimizer_in_backward: bool = False  # torchtune optimizer_in_bwd: each parameter steps and frees its gradient
+    activation_offload: bool = False  # torchtune enable_activation_offloading: saved activations go to the host
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
@@ -106,6 +135,7 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"lora_rank must be 0 (no LoRA) or a positive rank, got {self.lora_rank}")
         if self.base_quant != "none" and not self.lora_rank:
             raise ValueError("base_quant (QLoRA) freezes the base model: give a lora_rank > 0")
+        self._check_finetune()
         for field in ("recompute_every", "loss_chunks"):
             if getattr(self, field) <= 0:
                 raise ValueError(f"{field} must be a positive integer, got {getattr(self, field)}")
@@ -114,6 +144,9 @@ class TrainingSpec(BaseModel):
             raise ValueError("offload params gathers layers as ZeRO-3 does: use zero_stage 3 (or framework fsdp2)")
         if self.loss_chunks > 1 and not fw.supports_chunked_loss:
             raise ValueError(fw.chunked_loss_refusal)
+        if self.loss_dtype != "fp32" and not fw.supports_chunked_loss:
+            raise ValueError(f"loss_dtype {self.loss_dtype}: {self.framework}'s loss is its own kernel (no torch "
+                             f"cross-entropy on the logits); use loss_dtype fp32")
         if self.precision == "amp" and not fw.supports_amp:
             raise ValueError(fw.amp_refusal)
         for field in ("compile", "moe_grouped_gemm"):  # another stack's switch
@@ -133,18 +166,78 @@ class TrainingSpec(BaseModel):
             raise ValueError(fw.zero_stage_refusal.format(zero_stage=self.zero_stage))
         return self
 
+    def _check_finetune(self) -> None:
+        """The fine-tuning switches: each names its field, its limit and the fix."""
+        lora_targets_set(self.lora_targets)  # raises naming lora_targets
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        for field, value, default in (("lora_dropout", self.lora_dropout, 0.0), ("lora_variant", self.lora_variant,
+                                                                                  "lora")):
+            if value != default and not self.lora_rank:
+                raise ValueError(f"{field} {value!r} configures LoRA adapters: give a lora_rank > 0 (or {default!r})")
+        if self.base_quant == "none" and (self.quant_backend != "bitsandbytes" or self.quant_head):
+            raise ValueError("quant_backend / quant_head describe a quantised base: give base_quant nf4, nf4-dq or "
+                             "int8 (or leave quant_backend bitsandbytes and quant_head off)")
+        if self.quant_backend == "torchao" and self.base_quant != "nf4-dq":
+            raise ValueError(f"quant_backend torchao runs NF4Tensor, which always quantises its scales (to_nf4 "
+                             f"scaler_block_size=256): use base_quant nf4-dq, got {self.base_quant}")
+        if self.base_quant == "int8" and self.quant_backend != "bitsandbytes":
+            raise ValueError("base_quant int8 is bitsandbytes LLM.int8 (Linear8bitLt): use quant_backend bitsandbytes")
+        if self.optimizer_dtype != "auto" and self.optimizer == "adamw-8bit":
+            raise ValueError("optimizer_dtype: adamw-8bit keeps uint8 states whatever the dtype; use optimizer_dtype "
+                             "auto (or another optimizer)")
+        if self.paged_optimizer and (self.optimizer not in ("adamw", "adamw-fused", "adamw-8bit")
+                                     or self.offload != "none"):
+            raise ValueError("paged_optimizer is bitsandbytes PagedAdamW / PagedAdamW8bit: use optimizer adamw, "
+                             "adamw-fused or adamw-8bit, with offload none (both move the states off the GPU)")
+        if self.optimizer_in_backward and (self.offload != "none" or self.zero_stage in (1, 2)):
+            raise ValueError("optimizer_in_backward steps each parameter in its gradient hook on the GPU: use offload "
+                             "none and zero_stage 0 or 3")
+
+    @property
+    def lora_target_set(self) -> frozenset[str]:
+        """The linears carrying adapters (LORA_LINEARS names); empty without LoRA."""
+        return lora_targets_set(self.lora_targets) if self.lora_rank else frozenset()
+
     @property
     def precision_setup(self) -> PrecisionSetup:
         return PRECISIONS[self.precision]
 
     def optimizer_bytes(self, ps: PrecisionSetup | None = None) -> tuple[float, float]:
-        """(state bytes, step-temporary bytes) per parameter: fp32 figures scaled to the states' element size."""
+        """(state bytes, step-temporary bytes) per parameter: fp32 figures scaled to the states' element size
+        (`optimizer_dtype`, or the precision's when auto).
+
+        >>> TrainingSpec(optimizer_dtype="bf16").optimizer_bytes()  # exp_avg + exp_avg_sq in bf16, a bf16 temporary
+        (4.0, 2.0)
+        """
         ps = ps or self.precision_setup
-        scale = 1.0 if self.optimizer == "adamw-8bit" else ps.state_element_bytes / 4
+        element = {"auto": ps.state_element_bytes, "fp32": 4, "bf16": 2}[self.optimizer_dtype]
+        scale = 1.0 if self.optimizer == "adamw-8bit" else element / 4
         return OPTIMIZER_STATE_BYTES[self.optimizer] * scale, OPTIMIZER_TRANSIENT_BYTES[self.optimizer] * scale
 
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
+
+
+def lora_targets_set(targets: str) -> frozenset[str]:
+    """The linears a `lora_targets` value names: a preset, or a comma list of LORA_LINEARS.
+
+    >>> sorted(lora_targets_set("q,v"))
+    ['q', 'v']
+    >>> sorted(lora_targets_set("attention"))
+    ['k', 'o', 'q', 'v']
+    """
+    if targets in LORA_PRESETS:
+        return LORA_PRESETS[targets]
+    if not isinstance(targets, str) or len(targets) > MAX_LORA_TARGETS_CHARS:
+        raise ValueError(f"lora_targets must be a preset or a comma list of {','.join(LORA_LINEARS)} (at most "
+                         f"{MAX_LORA_TARGETS_CHARS} characters); got {short_repr(targets)}")
+    names = [t.strip() for t in targets.split(",")]
+    bad = [t for t in names if t not in LORA_LINEARS]
+    if not names or bad:
+        raise ValueError(f"lora_targets must be {' or '.join(LORA_PRESETS)}, or a comma list of "
+                         f"{','.join(LORA_LINEARS)}; got {short_repr(targets)} (unknown: {', '.join(map(repr, bad))})")
+    return frozenset(names)
 
 
 def make_training(**fields) -> TrainingSpec:
@@ -262,6 +355,12 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
             "cp", f"seq_len ({training.seq_len}) must be a multiple of 2 x cp = {2 * par.cp} (load-balanced chunks)"
         )
     per_step = training.micro_batch * par.dp
+    if training.optimizer_in_backward and training.global_batch != per_step:
+        raise SpecError(
+            "optimizer_in_backward",
+            f"steps each parameter as its gradient forms, so it cannot accumulate gradients: global_batch "
+            f"({training.global_batch}) must equal micro_batch x dp ({per_step}); turn optimizer_in_backward off",
+        )
     if training.global_batch % per_step:
         raise SpecError(
             "global_batch",
