@@ -40,6 +40,11 @@ def jct_stats(jct_s: np.ndarray) -> dict[str, float]:
             "p95_jct_s": float(np.percentile(x, 95)), "p99_jct_s": float(np.percentile(x, 99))}
 
 
+# Fewest seeds whose 95% interval the pages draw and the what-if verdict calls significant: with 2 seeds the
+# t-interval is the mean +- 12.7 standard errors (t_0.975 with 1 degree of freedom), wide enough to mislead
+MIN_CI_SEEDS = 3
+
+
 def mean_ci(values: Sequence[float], confidence: float = 0.95, *,
             nonnegative: bool = False) -> tuple[float, float, float]:
     """(mean, low, high): Student-t interval over seeds; NaN and None values are left out.

@@ -154,6 +154,34 @@ class PlanSet:
         """How many memory-feasible plans each constraint removed, e.g. {"scaling_floor": 12, "max_gpus": 0, ...}."""
         return dict(self.extra.get("dropped", {}))
 
+    @property
+    def dropped_by_type(self) -> dict[str, dict[str, int]]:
+        """`dropped` per GPU type, for every GPU type with a memory-feasible plan, e.g.
+        {"H100-80GB": {"scaling_floor": 2, "max_gpus": 0, ...}, "A100-80GB": {"scaling_floor": 0, "max_gpus": 12, ...}}."""
+        return {g: dict(n) for g, n in self.extra.get("dropped_by_type", {}).items()}
+
+    @property
+    def fit_by_type(self) -> dict[str, int]:
+        """How many plans of each GPU type fit in memory (before the constraints), e.g. {"H100-80GB": 17, ...}."""
+        kept = pd.Series(self.columns["gpu_type"], dtype=object).value_counts()
+        return {g: int(kept.get(g, 0)) + sum(n.values()) for g, n in self.dropped_by_type.items()}
+
+    @property
+    def dropped_types(self) -> dict[str, str]:
+        """For each GPU type with plans that fit in memory but none that passes the constraints, one sentence on
+        which constraint dropped how many, e.g. {"A100-80GB": "A100-80GB: 12 fit in memory; 12 dropped by the GPU
+        limit (8 GPUs)"}."""
+        limits = self.extra.get("constraints", {})
+        fit = self.fit_by_type
+        out = {}
+        for g, counts in self.dropped_by_type.items():
+            if not fit[g] or sum(counts.values()) < fit[g]:
+                continue
+            why = [f"{n} {'dropped ' if not i else ''}by {_CONSTRAINT_WORDS[k](limits.get(k))}"
+                   for i, (k, n) in enumerate((k, n) for k, n in counts.items() if n)]
+            out[g] = f"{g}: {fit[g]} fit in memory; {', '.join(why)}"
+        return out
+
     def best_per_type(self) -> list[Plan]:
         """The best plan of each GPU type under the objective, best type first."""
         seen: dict[str, int] = {}
@@ -676,9 +704,10 @@ def rank_plans(
         "cp": c_g[ok], "vp": v_g[ok], "first_stage_layers": f_g[ok], "last_stage_layers": l_g[ok],
         "type_rank": kind,
     }
-    merged, dropped = _apply_constraints(merged, scaling_floor, max_gpus, deadline_s, budget_usd)
-    extra = {"dropped": dropped, "constraints": {"scaling_floor": scaling_floor, "max_gpus": max_gpus,
-                                                 "deadline_s": deadline_s, "budget_usd": budget_usd}}
+    merged, dropped, dropped_by_type = _apply_constraints(merged, scaling_floor, max_gpus, deadline_s, budget_usd)
+    extra = {"dropped": dropped, "dropped_by_type": dropped_by_type,
+             "constraints": {"scaling_floor": scaling_floor, "max_gpus": max_gpus, "deadline_s": deadline_s,
+                             "budget_usd": budget_usd}}
     if not len(merged["dp"]):
         fit = sum(dropped.values())
         why = "; ".join(f"{n} by {_CONSTRAINT_WORDS[k](extra['constraints'][k])}" for k, n in dropped.items() if n)
@@ -710,16 +739,26 @@ def _check_constraints(scaling_floor, max_gpus, deadline_s, budget_usd) -> None:
 
 
 def _apply_constraints(cols: dict[str, np.ndarray], scaling_floor: float, max_gpus: int | None,
-                       deadline_s: float | None, budget_usd: float | None) -> tuple[dict[str, np.ndarray], dict]:
-    """The memory-feasible plans that pass every constraint, and how many each constraint dropped (in this order:
-    the floor first, judged against every feasible plan, then the GPU limit, the deadline and the budget)."""
+                       deadline_s: float | None, budget_usd: float | None) -> tuple[dict[str, np.ndarray], dict, dict]:
+    """The memory-feasible plans that pass every constraint, how many each constraint dropped (in this order: the
+    floor first, judged against every feasible plan, then the GPU limit, the deadline and the budget), and the same
+    counts per GPU type (every type with a memory-feasible plan, in the cluster's type order)."""
     dropped = dict.fromkeys(_CONSTRAINT_WORDS, 0)
+    gpu_type = cols["gpu_type"]
+    types = [str(g) for g in dict.fromkeys(gpu_type[np.argsort(cols["type_rank"], kind="stable")].tolist())]
+    by_type = {g: dict.fromkeys(_CONSTRAINT_WORDS, 0) for g in types}
+
+    def count(name: str, out: np.ndarray) -> None:
+        dropped[name] = int(out.sum())
+        for g in types:
+            by_type[g][name] = int((out & (gpu_type == g)).sum())
+
     keep = scaling_keep(cols["gpu_type"], cols["num_gpus"], cols["time_to_train_s"], scaling_floor)
-    dropped["scaling_floor"] = int((~keep).sum())
+    count("scaling_floor", ~keep)
     for name, limit, column in (("max_gpus", max_gpus, "num_gpus"), ("deadline_s", deadline_s, "time_to_train_s"),
                                 ("budget_usd", budget_usd, "cost_usd")):
         if limit is not None:
             over = keep & (cols[column] > limit)
-            dropped[name] = int(over.sum())
+            count(name, over)
             keep &= ~over
-    return {k: v[keep] for k, v in cols.items()}, dropped
+    return {k: v[keep] for k, v in cols.items()}, dropped, by_type

@@ -33,6 +33,7 @@ from frenzy_core.limits import (
     MAX_TOTAL_GPUS,
     short_repr,
 )
+from frenzy_core.metrics import MIN_CI_SEEDS
 from frenzy_core.models import ZOO
 from frenzy_core.simulate import SimOptions
 from frenzy_core.sweep import Grid, Progress, SweepTable, run_sweep
@@ -610,12 +611,13 @@ def verdict(table: SweepTable, base: Cluster, candidates: Mapping[str, Cluster],
     best = min(ok, key=lambda r: (r.avg_jct_s, r.added_cost_per_hour)) if ok else None
     comps = tuple(compare(best.candidate, best.samples_s, r.candidate, r.samples_s, (best.ci_low_s, best.ci_high_s),
                           (r.ci_low_s, r.ci_high_s)) for r in ok if best is not None and r is not best)
-    significant = bool(best is not None and all(c.significant for c in comps))
+    n_seeds = len(table.samples().get((workload, best.candidate, policy), ())) if best is not None else 0
+    # a lead with too few seeds for an interval is not called significant, whatever one t-test says (MIN_CI_SEEDS)
+    significant = bool(best is not None and all(c.significant for c in comps) and (not comps or n_seeds >= MIN_CI_SEEDS))
     notes = tuple(f"{r.candidate}: {r.workload_fallbacks:g} job(s) per seed took a smaller model than asked (it "
                   "did not fit its GPUs)" for r in results if r.workload_fallbacks)
     return WhatIf(candidates=results, best_within_budget=best.candidate if best else None, comparisons=comps,
-                  message=_message(best, comps, len(table.samples().get((workload, best.candidate, policy), ()))
-                                   if best else 0, budget_per_hour, pricing)
+                  message=_message(best, comps, n_seeds, budget_per_hour, pricing)
                   + (f" Why: {best.why}." if best is not None and best.why else ""),
                   significant=significant, policy=policy, workload=workload,
                   seeds=tuple(sorted({r["seed"] for r in table.rows})), budget_per_hour=float(budget_per_hour),
@@ -656,8 +658,9 @@ def _message(best: CandidateResult | None, comps: Sequence[Comparison], seeds: i
             f"{best.avg_jct_s / 3600:.2f} h at {best.added_cost_per_hour:+,.2f} $/h.")
     if not comps:
         return head + " It is the only candidate within the budget."
-    if seeds < 2:
-        return head + " Not significant: one seed gives no interval; run at least 2 (5 by default)."
+    if seeds < MIN_CI_SEEDS:
+        return head + (f" Not significant: {seeds} seed{'s' * (seeds != 1)} give{'s' * (seeds == 1)} no interval; run "
+                       f"at least {MIN_CI_SEEDS} ({DEFAULT_SEEDS} by default).")
     weak = [c for c in comps if not c.significant]
     if not weak:
         worst = max(comps, key=lambda c: c.p_value)

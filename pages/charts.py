@@ -19,6 +19,7 @@ import zlib
 import numpy as np
 import plotly.graph_objects as go
 
+from frenzy_core import metrics
 from frenzy_core.plans import Plan
 from frenzy_core.timeline import queue_length
 from frenzy_core.whatif import TODAY
@@ -30,13 +31,18 @@ USED_COLOUR = "#5c6bc0"
 FIT_COLOUR, NO_FIT_COLOUR = "#2e7d32", "#c62828"  # GPU capacity lines: the detailed peak fits / does not
 WITHIN_COLOUR, OVER_COLOUR = "#1565c0", "#c62828"  # what-if candidates within / over the budget
 CI_COLOUR = "#263238"
-# one colour per memory component (MemoryBreakdown.components' names), the same whatever the model
+# a 95% interval is drawn and printed only from metrics.MIN_CI_SEEDS seeds up (the what-if verdict's rule too); with
+# fewer the pages show the mean and say there is no interval
+MIN_CI_SEEDS = metrics.MIN_CI_SEEDS
+# one colour per memory component (MemoryBreakdown.components' names), the same whatever the model; the order is the
+# stacking order (bottom first) and the legend's, also the same whatever the model
 COMPONENT_COLOURS = {"weights": "#1565c0", "gradients": "#ef6c00", "optimizer": "#2e7d32", "activations": "#c62828",
                      "logits": "#6a1b9a", "transient": "#8d6e63", "overhead": "#90a4ae"}
-# one colour per registered policy (frenzy_core.policies.REGISTRY), the same on every page
+# one colour per registered policy (frenzy_core.policies.REGISTRY), the same on every page; a policy class with a
+# `color` attribute brings its own
 POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "frenzy-srpt": "#ad1457",
                   "frenzy-las": "#283593", "fcfs": "#ef6c00", "sia": "#2e7d32", "sia-real": "#9e9d24",
-                  "gavel": "#5d4037"}
+                  "gavel": "#5d4037", "frenzy-elastic": "#00695c", "frenzy-elastic-srpt": "#7b1fa2"}
 # a name outside the dicts still gets one colour, always the same (by a checksum of the name, not by position)
 SPARE_COLOURS = ["#00695c", "#f9a825", "#4e342e", "#37474f", "#d84315", "#0277bd", "#558b2f", "#7b1fa2"]
 # st.plotly_chart(fig, config=charts.config(name)): the default modebar (zoom, pan, reset) without Plotly's logo,
@@ -59,7 +65,16 @@ def component_colour(component: str) -> str:
 
 
 def colour(policy: str) -> str:
-    return POLICY_COLOURS.get(policy) or _spare(policy)
+    """The policy's fixed colour: its registry class's `color` if it has one, else POLICY_COLOURS, else a spare."""
+    from frenzy_core.policies import REGISTRY
+
+    return getattr(REGISTRY.get(policy), "color", None) or POLICY_COLOURS.get(policy) or _spare(policy)
+
+
+def component_order(names) -> list[str]:
+    """The components in COMPONENT_COLOURS' fixed order (unknown names after, as given), whatever order came in."""
+    names = list(dict.fromkeys(names))
+    return [n for n in COMPONENT_COLOURS if n in names] + [n for n in names if n not in COMPONENT_COLOURS]
 
 
 def chart_number(x: float) -> float | None:
@@ -89,9 +104,22 @@ def _figure(chart: str, traces: list, title: str | None, height: int, x: dict, y
     return go.Figure(data=traces, layout={**base, **layout})
 
 
-def _has_ci(seeds: int, low: float, high: float) -> bool:
-    """An error bar needs at least two seeds and finite bounds (one seed gives NaN: there is no interval)."""
-    return seeds >= 2 and math.isfinite(low) and math.isfinite(high)
+def has_ci(seeds: int, low: float, high: float) -> bool:
+    """A 95% interval is shown with at least MIN_CI_SEEDS seeds and finite bounds (one seed gives NaN)."""
+    return seeds >= MIN_CI_SEEDS and math.isfinite(low) and math.isfinite(high)
+
+
+def no_ci_note(seeds: int) -> str | None:
+    """Why no interval is shown ("1 seed: no confidence interval"), or None when there are enough seeds."""
+    if seeds >= MIN_CI_SEEDS:
+        return None
+    return f"{seeds} seed{'s' * (seeds != 1)}: no confidence interval (needs {MIN_CI_SEEDS})"
+
+
+def _drawn(low: float | None, high: float | None) -> bool:
+    """An error bar worth drawing: both bounds and a width (every seed equal gives a zero-width bar: none drawn)."""
+    return low is not None and high is not None and high > low
+
 
 
 # --- Model & memory ------------------------------------------------------------------------------------------------
@@ -103,7 +131,7 @@ def memory_chart(result: dict, names: list[str], by_capacity: dict[float, list[s
     detailed, paper = result["detailed"], result["paper"]
     methods = ["detailed", "paper"]
     traces = []
-    for name in names:
+    for name in component_order(names):
         gib = [result[m][0].get(name, 0.0) for m in methods]
         if max(gib) <= 0:
             continue
@@ -309,9 +337,12 @@ def cdf_spec(results: dict) -> go.Figure | None:
 
 
 def _error_bars(mean: list[float | None], low: list[float | None], high: list[float | None]) -> dict | None:
-    """Plotly's asymmetric error bar from CI bounds (None: no bar at that point)."""
-    if all(lo is None for lo in low):
+    """Plotly's asymmetric error bar from CI bounds (None: no bar at that point, nor where the bar has no width)."""
+    keep = [_drawn(lo, hi) for lo, hi in zip(low, high, strict=True)]
+    if not any(keep):
         return None
+    low = [lo if k else None for lo, k in zip(low, keep, strict=True)]
+    high = [hi if k else None for hi, k in zip(high, keep, strict=True)]
     up = [None if h is None or m is None else h - m for m, h in zip(mean, high, strict=True)]
     down = [None if lo is None or m is None else m - lo for m, lo in zip(mean, low, strict=True)]
     return {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "color": CI_COLOUR,
@@ -320,13 +351,13 @@ def _error_bars(mean: list[float | None], low: list[float | None], high: list[fl
 
 def jct_bars_spec(results: dict) -> go.Figure | None:
     """Average and p99 JCT (means over seeds, hours): one bar per policy in each group, in the policy's colour,
-    with the 95% CI (MultiSeedResult.ci) as an error bar when there are at least 2 seeds."""
+    with the 95% CI (MultiSeedResult.ci) as an error bar from MIN_CI_SEEDS seeds up (the title says when not)."""
     traces = []
     for name, res in results.items():
         mean, low, high = [], [], []
         for metric in ("avg_jct_s", "p99_jct_s"):
             m, lo, hi = res.ci(metric)
-            ci = _has_ci(len(res.results), lo, hi)
+            ci = has_ci(len(res.results), lo, hi)
             mean.append(num(m / HOUR))
             low.append(num(lo / HOUR) if ci else None)
             high.append(num(hi / HOUR) if ci else None)
@@ -336,7 +367,10 @@ def jct_bars_spec(results: dict) -> go.Figure | None:
                              hovertemplate=f"<b>{name}</b> %{{x}} JCT<br>%{{y:,.2f}} h{ci_text}<extra></extra>"))
     if not any(v is not None for t in traces for v in t.y):
         return None
-    return _figure("jct_bars", traces, "Average and p99 JCT, 95% CI", 360, _axis("", type="category"),
+    few = min(len(res.results) for res in results.values())
+    title = "Average and p99 JCT, 95% CI" if few >= MIN_CI_SEEDS else \
+        f"Average and p99 JCT (mean of {few} seed{'s' * (few != 1)}, no CI)"
+    return _figure("jct_bars", traces, title, 360, _axis("", type="category"),
                    _axis("hours", rangemode="tozero"), barmode="group")
 
 
@@ -351,8 +385,11 @@ def queue_series(results: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 def queue_spec(results: dict) -> go.Figure | None:
-    traces = _lines(queue_series(results), "jobs waiting", ",d")
-    if not traces:
+    """Queued jobs over time per policy (queue_series). None when no job ever waited under any policy: a chart of
+    flat zero lines says less than the page's one sentence."""
+    series = queue_series(results)
+    traces = _lines(series, "jobs waiting", ",d")
+    if not traces or not any(np.any(q > 0) for _, q in series.values()):
         return None
     return _figure("queue", traces, "Queued jobs over time (seed 0)", 320, _axis("hours"),
                    _axis("jobs waiting", rangemode="tozero"))
@@ -392,14 +429,17 @@ def gpu_hours_spec(results: dict) -> go.Figure | None:
 
 def oom_spec(results: dict) -> go.Figure | None:
     """Out-of-memory failures per run (mean over seeds), one bar per policy in its colour, with the 95% CI as an
-    error bar when there are at least 2 seeds; the axis reaches at least 1 so that zero failures reads as zero."""
+    error bar from MIN_CI_SEEDS seeds up; the axis reaches at least 1 so that zero failures reads as zero. None when
+    no policy had a failure in any run (the page says so in one sentence instead of an empty chart)."""
+    if not any((num(res.ci("oom_failures")[0]) or 0.0) > 0 for res in results.values()):
+        return None
     traces, top = [], 1.0
     for name, res in results.items():
         mean, lo, hi = res.ci("oom_failures")
-        ci = _has_ci(len(res.results), lo, hi)
+        ci = has_ci(len(res.results), lo, hi)
         low, high = (num(lo), num(hi)) if ci else (None, None)
         top = max(top, high or 0.0, num(mean) or 0.0)
-        ci_text = f"<br>95% CI {low:,.2f} – {high:,.2f}" if ci else ""
+        ci_text = f"<br>95% CI {low:,.2f} – {high:,.2f}" if ci and _drawn(low, high) else ""
         traces.append(go.Bar(name=name, x=[name], y=[num(mean)], marker={"color": colour(name)},
                              error_y=_error_bars([num(mean)], [low], [high]), showlegend=False,
                              hovertemplate=f"<b>{name}</b><br>%{{y:,.2f}} failures per run{ci_text}<extra></extra>"))
@@ -412,7 +452,7 @@ def oom_spec(results: dict) -> go.Figure | None:
 # --- GPU mix what-if -----------------------------------------------------------------------------------------------
 def frontier_spec(result) -> go.Figure | None:
     """Each candidate's average JCT (h) against the cluster's cost ($/h), named; blue circles within the budget, red
-    crosses over it, with the 95% CI as an error bar when there are at least 2 seeds; the frontier
+    crosses over it, with the 95% CI as an error bar from MIN_CI_SEEDS seeds up; the frontier
     (frenzy_core.whatif's on_frontier) as a dashed line by cost; a dotted red line at today's cost plus the budget.
     None when no candidate has a finite cost and JCT."""
     seeds = len(result.seeds)
@@ -428,7 +468,7 @@ def frontier_spec(result) -> go.Figure | None:
         if not group:
             continue
         mean = [c.avg_jct_s / HOUR for c in group]
-        ci = [_has_ci(seeds, c.ci_low_s, c.ci_high_s) for c in group]
+        ci = [has_ci(seeds, c.ci_low_s, c.ci_high_s) for c in group]
         low = [num(c.ci_low_s / HOUR) if ok else None for c, ok in zip(group, ci, strict=True)]
         high = [num(c.ci_high_s / HOUR) if ok else None for c, ok in zip(group, ci, strict=True)]
         ci_text = "<br>95% CI %{customdata[2]:,.2f} – %{customdata[3]:,.2f} h" if any(ci) else ""
@@ -445,5 +485,5 @@ def frontier_spec(result) -> go.Figure | None:
     notes = [{"x": budget_x, "xref": "x", "y": 1, "yref": "paper", "xanchor": "right", "yanchor": "top",
               "showarrow": False, "text": f"budget ${budget_x:,.2f}/h", "font": {"color": OVER_COLOUR}}]
     return _figure("frontier", traces, None, 440, _axis(f"cluster cost ($/h, {result.pricing})", tickprefix="$"),
-                   _axis("average JCT (h), 95% CI" if seeds >= 2 else "average JCT (h)"),
+                   _axis("average JCT (h), 95% CI" if seeds >= MIN_CI_SEEDS else "average JCT (h)"),
                    shapes=shapes, annotations=notes)

@@ -241,14 +241,32 @@ def fill_sidebar(container) -> None:
     """The current model and cluster, shown on every page (filled after the page ran, so it is never stale)."""
     m, c, t, p = model(), cluster(), training(), par()
     with container:
-        if st.session_state.get("scenario_name"):
-            st.markdown(f"**Scenario:** {st.session_state.scenario_name}")
+        if label := scenario_label():
+            st.markdown(f"**Scenario:** {md_escape(label)}")
         st.markdown("**Current model**")
         st.caption(f"{m.name} · {fmt_params(m.parameter_count())} parameters · seq {t.seq_len} · "
                    f"batch {t.global_batch} (micro {t.micro_batch}) · {t.precision} · {p.label()}")
         st.markdown("**Current cluster**")
         counts = ", ".join(f"{n} × {g}" for g, n in c.gpus_by_type().items())
         st.caption(f"{c.name} · {len(c.nodes)} nodes · {c.total_gpus} GPUs ({counts})")
+
+
+def scenario_label() -> str | None:
+    """What the sidebar calls the live scenario: the loaded scenario's name while the state still equals it,
+    "unsaved changes (from <name>)" once any scenario field differs (the model, a page's setting), None when no
+    scenario was loaded. Compared without the name, user and description, which no page edits."""
+    ss = st.session_state
+    loaded, name = ss.get("scenario_loaded"), ss.get("scenario_name")
+    if not name:
+        return None
+    current = scenario_from_state()
+    if loaded is None or current is None or _unnamed(current) == _unnamed(loaded):
+        return name
+    return f"unsaved changes (from {name})"
+
+
+def _unnamed(s):
+    return s.model_copy(update={"name": "", "user": "custom", "description": ""})
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -269,7 +287,7 @@ def trace_picker(prefix: str, default_limit: int = 200):
 
     ss = st.session_state
     bundled = bundled_traces()
-    c1, c2 = st.columns([3, 1])
+    c1, c2 = st.columns([2, 1])  # [3, 1] wraps "first N jobs" onto two lines in the what-if's narrow column
     kind = c1.radio("Trace", ["bundled sample", "upload or paste"], horizontal=True, key=f"{prefix}_kind")
     limit = c2.number_input("first N jobs", min_value=1, max_value=MAX_SCENARIO_JOBS, value=default_limit, step=50,
                             key=f"{prefix}_limit", help="the N earliest-arriving jobs")
@@ -408,6 +426,9 @@ def apply_scenario(s, source: str) -> None:
         ss.pop(key, None)
     ss.scenario_name, ss.scenario_user, ss.scenario_description = s.name, s.user, s.description
     ss.scenario_last = s
+    # the scenario as the session holds it once applied (the same path every later comparison takes): the sidebar
+    # names it while the live state still equals it (scenario_label)
+    ss.scenario_loaded = scenario_from_state() or s
 
 
 def share_code() -> str | None:

@@ -92,19 +92,23 @@ with left:
                            num_rows="dynamic", hide_index=True, width="stretch",
                            # the count next to the name: below 1,150 px the last column scrolls out of view
                            column_order=("candidate", "count", "gpu_type", "gpus_per_node"), column_config={
-                               "candidate": st.column_config.TextColumn("candidate", required=True),
-                               "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True),
+                               # widths that fit the left column at 1,280 px (no sideways scrolling)
+                               "candidate": st.column_config.TextColumn("candidate", required=True, width=105),
+                               "gpu_type": st.column_config.SelectboxColumn("GPU type", options=types, required=True,
+                                                                            width=100),
                                "count": st.column_config.NumberColumn("GPUs to add", min_value=0, step=1,
-                                                                      required=True),
-                               "gpus_per_node": st.column_config.NumberColumn("GPUs per node", min_value=1,
-                                                                              max_value=64, step=1, default=8),
+                                                                      required=True, width=95),
+                               "gpus_per_node": st.column_config.NumberColumn("per node", min_value=1, max_value=64,
+                                                                              step=1, default=8, width=75,
+                                                                              help="GPUs per node"),
                            })
     ss.kept_wi_table = frame
     c1, c2 = st.columns(2)
     pricing = c1.radio("Cost per hour as", PRICING, horizontal=True, key="wi_pricing",
                        help="rental: $/GPU-hour prices; owned: purchase amortised over the life + power")
-    budget = c2.number_input("Budget for the additions ($ per hour)", min_value=0.0, max_value=1e7, step=10.0,
-                             key="wi_budget")
+    # a one-line label (the detail in the tooltip): a two-line one sits the box below the radio next to it
+    budget = c2.number_input("Budget ($/h added)", min_value=0.0, max_value=1e7, step=10.0, key="wi_budget",
+                             help="the most the added GPUs may cost per hour, on top of today's cluster")
     with st.expander("Costs: purchase, power, rental (editable; defaults with sources)"):
         k1, k2, k3 = st.columns(3)
         life = k1.number_input("life (years)", min_value=0.5, max_value=20.0, step=0.5, key="wi_life",
@@ -237,16 +241,25 @@ result = ss.get("wi_whatif")
 if result is None:
     st.info("Edit the candidates, budget and workload, then **Simulate**. Today's cluster is always included.")
 else:
+    n_seeds = len(result.seeds)
+
+    def ci_h(c, bound: float) -> float | None:
+        """A CI bound in hours, only where the charts draw the interval (charts.MIN_CI_SEEDS seeds and up)."""
+        return bound / HOUR if charts.has_ci(n_seeds, c.ci_low_s, c.ci_high_s) else None
+
+    # the deciding columns (average JCT, cost, within budget) first: in view at 1,280 px without scrolling sideways
+    # (tests/test_browser.py checks their right edge); the detail after them
     table = pd.DataFrame([{
-        "candidate": c.candidate, "GPUs": c.gpus, "cost $/h": c.cost_per_hour, "added $/h": c.added_cost_per_hour,
-        "purchase $": c.tco.purchase_usd, "TCO over life $": c.tco.tco_usd,
-        "avg JCT h": c.avg_jct_s / HOUR, "CI low h": c.ci_low_s / HOUR, "CI high h": c.ci_high_s / HOUR,
-        "p99 JCT h": c.p99_jct_s / HOUR, "avg queue h": c.avg_queue_s / HOUR, "utilisation": c.avg_utilisation,
-        "OOM failures": c.oom_failures, "completed": common.fmt_count(c.completed), "jobs": common.fmt_count(c.jobs), "within budget": c.within_budget,
-        "on frontier": c.on_frontier, "why": c.why} for c in result.candidates])
+        "candidate": c.candidate, "avg JCT h": c.avg_jct_s / HOUR, "cost $/h": c.cost_per_hour,
+        "added $/h": c.added_cost_per_hour, "within budget": c.within_budget, "GPUs": c.gpus,
+        "CI low h": ci_h(c, c.ci_low_s), "CI high h": ci_h(c, c.ci_high_s), "p99 JCT h": c.p99_jct_s / HOUR,
+        "avg queue h": c.avg_queue_s / HOUR, "utilisation": c.avg_utilisation, "OOM failures": c.oom_failures,
+        "completed": common.fmt_count(c.completed), "jobs": common.fmt_count(c.jobs), "on frontier": c.on_frontier,
+        "purchase $": c.tco.purchase_usd, "TCO over life $": c.tco.tco_usd, "why": c.why}
+        for c in result.candidates])
     ss.wi_results = table
     st.subheader("Average JCT against cost", anchor=False)
-    no_ci = " (one seed: no 95% interval)" if len(result.seeds) < 2 else ""
+    no_ci = f"; {note}" if (note := charts.no_ci_note(n_seeds)) else ""
     st.caption(f"{result.policy} on {result.workload}, {len(result.seeds)} seed(s){no_ci}; budget "
                f"${result.budget_per_hour:,.2f}/h for additions at {result.pricing} prices; {result.wall_s:.1f} s")
     fig = charts.frontier_spec(result)
@@ -263,10 +276,11 @@ else:
     for note in result.notes:
         st.caption(f"Note: {common.md_escape(note)}")
     st.markdown("\n".join(f"- **{common.md_escape(c.candidate)}**: {common.md_escape(c.why)}" for c in result.candidates if c.why))
-    st.dataframe(table, hide_index=True, width="stretch", key="wi_results_table", column_config={
-        **{k: st.column_config.NumberColumn(format="%.2f") for k in
-           ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")},
-        **{k: st.column_config.NumberColumn(format="$%,.0f") for k in ("purchase $", "TCO over life $")}})
+    with st.container(key="wi_results_box"):  # a keyed box: tests/test_browser.py measures the columns in view
+        st.dataframe(table, hide_index=True, width="stretch", key="wi_results_table", column_config={
+            **{k: st.column_config.NumberColumn(format="%.2f") for k in
+               ("cost $/h", "added $/h", "avg JCT h", "CI low h", "CI high h", "p99 JCT h", "avg queue h", "utilisation")},
+            **{k: st.column_config.NumberColumn(format="$%,.0f") for k in ("purchase $", "TCO over life $")}})
     st.download_button("Download table (CSV)", table.to_csv(index=False), file_name="gpu_mix_whatif.csv",
                        mime="text/csv", key="wi_csv", icon=":material/download:")
 

@@ -23,11 +23,14 @@ FORMAT_LABELS = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "torchtita
                  "accelerate": "accelerate", "slurm": "SLURM", "kubernetes": "Kubernetes"}
 CODE_LANGUAGE = {"megatron": "bash", "deepspeed": "json", "torchtitan": "toml", "accelerate": "yaml", "slurm": "bash",
                  "kubernetes": "yaml"}
-# Human column headers, units in the header; times in hours throughout.
+# Human column headers, units in the header; times in hours throughout. The deciding columns (time to train,
+# GPU-hours, cost) come right after the split, so that they are in view at 1,280 px without scrolling sideways
+# (tests/test_browser.py checks their right edge); the detail follows.
 COLUMNS = {"gpu_type": "GPU type", "dp": "d (data)", "tp": "t (tensor)", "pp": "p (pipeline)", "num_gpus": "GPUs",
+           "hours": "time to train (h)", "gpu_hours": "GPU-hours", "cost_usd": "cost (USD)",
            "micro_batch": "micro-batch", "grad_accum": "accumulation steps", "memory_gib": "memory (GiB/GPU)",
-           "headroom_gib": "headroom (GiB)", "step_time_s": "step (s)", "tokens_per_s": "throughput (tokens/s)",
-           "hours": "time to train (h)", "gpu_hours": "GPU-hours", "cost_usd": "cost (USD)"}
+           "headroom_gib": "headroom (GiB)", "step_time_s": "step (s)", "tokens_per_s": "throughput (tokens/s)"}
+DECIDING = 8  # the first DECIDING columns: the split, its GPU count and the three deciding columns
 FORMATS_NUM = {"memory (GiB/GPU)": "%.1f", "headroom (GiB)": "%.1f", "step (s)": "%.3f",
                "throughput (tokens/s)": "%,.0f", "time to train (h)": "%,.1f", "GPU-hours": "%,.0f",
                "cost (USD)": "$%,.0f"}
@@ -43,8 +46,8 @@ def plan_table(frame):
              if (frame[k] > 1).any()}
     extra |= {k: v for k, v in (("first_stage_layers", "first stage (layers)"), ("last_stage_layers", "last stage (layers)"))
               if (frame[k] > 0).any()}  # uneven pipeline stages (0: a middle stage's share)
-    if extra:  # long sequences / MoE models: the context- and expert-parallel sizes next to the split
-        columns = dict([*COLUMNS.items()][:4]) | extra | dict([*COLUMNS.items()][4:])
+    if extra:  # long sequences / MoE models: the context- and expert-parallel sizes after the deciding columns
+        columns = dict([*COLUMNS.items()][:DECIDING]) | extra | dict([*COLUMNS.items()][DECIDING:])
     table = frame.assign(memory_gib=frame["memory_bytes"] / common.GIB_FLOAT,
                          headroom_gib=frame["headroom_bytes"] / common.GIB_FLOAT,
                          hours=frame["time_to_train_s"] / 3600.0)[list(columns)]
@@ -111,6 +114,10 @@ if best is not None:
     st.success(result.why_top, icon=":material/emoji_events:")
 else:
     st.error(result.explanation, icon=":material/block:")
+if result.dropped_types:  # GPU types green on the heatmap yet absent from the table: which constraint dropped them
+    with st.container(key="plans_dropped_types"):
+        st.info("No plan left on " + ", ".join(map(common.md_escape, result.dropped_types)) + ":\n\n" + "\n".join(
+            f"- {common.md_escape(text)}" for text in result.dropped_types.values()), icon=":material/filter_alt:")
 with st.expander("How the plans are ranked", expanded=False):
     st.markdown(f"{result.ranking_text}\n\nEvery feasible (GPU type, d, t, p) fits the GPU's memory after the safety "
                 "margin. The **scaling floor** compares each plan with the fastest plan of every smaller GPU count "
@@ -159,15 +166,17 @@ if len(result.plans):
     st.subheader("Best plan per GPU type", anchor=False)
     per_type = plan_table(frame.drop_duplicates("gpu_type", keep="first"))
     per_type.index = [int(i) + 1 for i in per_type.index]
-    st.dataframe(per_type, width="stretch", key="plans_per_type", column_config={
-        k: st.column_config.NumberColumn(k, format=f) for k, f in FORMATS_NUM.items()})
+    with st.container(key="plans_per_type_box"):  # a keyed box: tests/test_browser.py measures the columns in view
+        st.dataframe(per_type, width="stretch", key="plans_per_type", column_config={
+            k: st.column_config.NumberColumn(k, format=f) for k, f in FORMATS_NUM.items()})
     st.caption("The index is each plan's rank in the full table below.")
 
     st.subheader(f"Ranked plans ({len(result.plans)} pass)", anchor=False)
     table = plan_table(frame)
     table.index = range(1, len(table) + 1)
-    st.dataframe(table.head(200), width="stretch", height=380, key="plans_table", column_config={
-        k: st.column_config.NumberColumn(k, format=f) for k, f in FORMATS_NUM.items()})
+    with st.container(key="plans_table_box"):
+        st.dataframe(table.head(200), width="stretch", height=380, key="plans_table", column_config={
+            k: st.column_config.NumberColumn(k, format=f) for k, f in FORMATS_NUM.items()})
     st.download_button("Download all plans (CSV)", table.to_csv(index_label="rank"), file_name="plans.csv",
                        mime="text/csv", key="plans_csv")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import time
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -84,10 +83,11 @@ def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> tupl
     return results, cached
 
 
-def ci_text(lo: float, hi: float) -> str:
-    """'low – high' in hours, or 'n/a' when there is no interval (one seed gives NaN bounds)."""
-    if np.isnan(lo) or np.isnan(hi):
-        return "n/a (one seed)"
+def ci_text(seeds: int, lo: float, hi: float) -> str:
+    """'low – high' in hours, or 'none (1 seed)': an interval is printed only from charts.MIN_CI_SEEDS seeds up, as
+    the charts draw it."""
+    if not charts.has_ci(seeds, lo, hi):  # the caption above the table says why (charts.no_ci_note)
+        return f"none ({seeds} seed{'s' * (seeds != 1)})" if seeds < charts.MIN_CI_SEEDS else "n/a"
     return f"{lo / HOUR:.2f} – {hi / HOUR:.2f} h"
 
 
@@ -98,11 +98,20 @@ def figure(builder: str, value):
     return getattr(charts, builder)(value)
 
 
+# what a chart that has nothing to draw says instead, under its title (an empty frame says nothing)
+TITLES = {"sim_oom": "Out-of-memory failures per run", "sim_queue": "Queued jobs over time (seed 0)"}
+EMPTY = {"sim_oom": "No out-of-memory failures: every policy ran every job without one, in every seed.",
+         "sim_queue": "No job waited in the queue under any policy (seed 0): every job started when it arrived."}
+
+
 def draw(container, builder, value, key: str) -> None:
-    """The chart across its container, or a caption when it has nothing to draw."""
+    """The chart across its container, or one sentence when it has nothing to draw."""
     fig = figure(builder.__name__, value)
     if fig is None:
-        container.caption(f"Nothing to chart for {key.removeprefix('sim_').replace('_', ' ')}.")
+        with container.container(key=f"{key}_empty"):
+            if key in TITLES:
+                st.markdown(f"**{TITLES[key]}**")
+            st.caption(EMPTY.get(key, f"Nothing to chart for {key.removeprefix('sim_').replace('_', ' ')}."))
     else:
         container.plotly_chart(fig, key=key, width="stretch", config=charts.config(key))
 
@@ -158,7 +167,9 @@ if trace is not None and not ss.get("sim_results"):
 results = ss.get("sim_results")
 if results:
     st.subheader("Results", anchor=False)
-    st.caption(f"{ss.get('sim_meta', '')}. Means over seeds with 95% t-intervals (n/a with one seed).")
+    n_seeds = len(next(iter(results.values())).results)
+    no_ci = charts.no_ci_note(n_seeds)
+    st.caption(f"{ss.get('sim_meta', '')}. Means over seeds" + (f"; {no_ci}." if no_ci else " with 95% t-intervals."))
 
     rows = []
     for name, res in results.items():
@@ -167,8 +178,8 @@ if results:
         m = res.summary_dict()
         rows.append({
             "policy": name, "completed": common.fmt_count(m["completed"]), "jobs": common.fmt_count(m["jobs"]),
-            "avg JCT h": avg / HOUR, "avg JCT 95% CI": ci_text(avg_lo, avg_hi),
-            "p99 JCT h": p99 / HOUR, "p99 JCT 95% CI": ci_text(p99_lo, p99_hi),
+            "avg JCT h": avg / HOUR, "avg JCT 95% CI": ci_text(len(res.results), avg_lo, avg_hi),
+            "p99 JCT h": p99 / HOUR, "p99 JCT 95% CI": ci_text(len(res.results), p99_lo, p99_hi),
             "avg queue h": m["avg_queue_s"] / HOUR, "makespan h": m["makespan_s"] / HOUR,
             "GPU-hours": m["gpu_hours"], "utilisation": res.ci("avg_utilisation")[0],
             "OOM failures": m["oom_failures"], "sched ms/decision": m["sched_overhead_ms_per_decision"],
@@ -176,7 +187,9 @@ if results:
     summary = pd.DataFrame(rows)
     cols = st.columns(len(rows))
     for col, row in zip(cols, rows, strict=True):
-        col.metric(f"{row['policy']}: avg JCT", f"{row['avg JCT h']:.2f} h", help=f"95% CI: {row['avg JCT 95% CI']}")
+        ci = row["avg JCT 95% CI"]
+        col.metric(f"{row['policy']}: avg JCT", f"{row['avg JCT h']:.2f} h",
+                   help=no_ci or f"95% CI: {ci}")
         col.caption(f"p99 {row['p99 JCT h']:.2f} h · OOM failures {common.fmt_count(row['OOM failures'])}")
     st.dataframe(summary, hide_index=True, width="stretch", key="sim_summary", column_config={
         k: st.column_config.NumberColumn(format="%.2f") for k in

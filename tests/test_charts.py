@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import plotly.graph_objects as go
 import pytest
 
@@ -236,3 +237,68 @@ def test_axes_use_thousands_separators_and_no_scientific_notation(memory_result,
 def test_chart_number_turns_nan_and_infinity_into_gaps():
     assert charts.chart_number(1.5) == 1.5
     assert charts.chart_number(math.nan) is None and charts.chart_number(math.inf) is None
+
+
+# --- issue 23, reading the page: one colour and order per component and policy, CIs from 3 seeds, no empty charts --
+def test_two_models_stack_the_same_component_in_the_same_colour_and_order():
+    small = breakdowns("gpt2", Parallelism(dp=1, tp=1, pp=1))
+    big = breakdowns("llama-2-13b", Parallelism(dp=2, tp=4, pp=2))
+    drawn = []
+    for result, names in ((small, names_of(small)), (big, names_of(big)[::-1])):  # the page's order is not the order
+        fig = charts.memory_chart(result, names, {}, False, ["t"], {})
+        drawn.append([(b.name, b.marker.color) for b in fig.data])
+    for bars in drawn:
+        names = [n for n, _ in bars]
+        assert names == [n for n in charts.COMPONENT_COLOURS if n in names]  # the fixed order, bottom first
+        assert all(c == charts.COMPONENT_COLOURS[n] for n, c in bars)
+    assert dict(drawn[0])["weights"] == dict(drawn[1])["weights"] == charts.COMPONENT_COLOURS["weights"]
+
+
+def test_a_policy_class_with_its_own_color_keeps_it_on_every_chart(monkeypatch):
+    class Tinted:
+        color = "#123456"
+
+    monkeypatch.setitem(REGISTRY, "tinted", Tinted)
+    assert charts.colour("tinted") == "#123456"
+    assert charts.colour("fcfs") == charts.POLICY_COLOURS["fcfs"]  # no attribute: the fixed table
+
+
+class _Run:
+    def __init__(self, oom: int, arrival: list[float], start: list[float]):
+        self.oom_failures = oom
+        self.jobs = {"arrival_s": np.array(arrival), "start_s": np.array(start)}
+
+
+class _Runs:
+    """The two things oom_spec and queue_spec read of a MultiSeedResult: the runs and `ci` of a metric."""
+
+    def __init__(self, runs: list[_Run]):
+        self.results = runs
+
+    def ci(self, metric: str):
+        x = np.array([getattr(r, metric) for r in self.results], dtype=float)
+        return float(x.mean()), float(x.min()), float(x.max())
+
+
+def test_a_ci_is_shown_only_from_three_seeds():
+    assert charts.MIN_CI_SEEDS == 3
+    assert not charts.has_ci(2, 1.0, 2.0) and charts.has_ci(3, 1.0, 2.0)
+    assert not charts.has_ci(3, float("nan"), float("nan"))
+    assert charts.no_ci_note(1) == "1 seed: no confidence interval (needs 3)"
+    assert charts.no_ci_note(2).startswith("2 seeds: no confidence interval") and charts.no_ci_note(3) is None
+
+
+def test_no_oom_failure_anywhere_draws_no_chart_and_one_failure_does():
+    clean = {"fcfs": _Runs([_Run(0, [0.0], [0.0])] * 3), "frenzy": _Runs([_Run(0, [0.0], [0.0])] * 3)}
+    assert charts.oom_spec(clean) is None
+    one = {**clean, "frenzy": _Runs([_Run(0, [0.0], [0.0]), _Run(0, [0.0], [0.0]), _Run(3, [0.0], [0.0])])}
+    fig = charts.oom_spec(one)
+    assert fig is not None and [b.y[0] for b in fig.data] == [0.0, 1.0]
+    assert fig.data[0].error_y.array is None  # fcfs: 0 in every seed, a zero-width interval is not drawn
+
+
+def test_a_queue_where_no_job_ever_waited_draws_no_chart():
+    idle = {"fcfs": _Runs([_Run(0, [0.0, 10.0], [0.0, 10.0])])}
+    assert charts.queue_spec(idle) is None
+    waited = {"fcfs": _Runs([_Run(0, [0.0, 10.0], [0.0, 3600.0])])}
+    assert charts.queue_spec(waited) is not None

@@ -810,3 +810,47 @@ def test_memory_never_falls_as_the_micro_batch_grows(name, framework):
             keep = bs[(bs * d <= 64) & ((v == 1) | ((64 // (d * bs)) % p == 0))]
             mem = predict_memory_totals(model, tr, d, t, p, keep, vp=v, first_stage_layers=f, last_stage_layers=last)
             assert np.all(np.diff(mem) >= 0), (d, t, p, v, f, last, mem.tolist())
+
+
+# --- per GPU type: which constraint dropped how many (issue 23: "3 pass" and only H100 listed, A100 green) ----------
+def test_each_constraint_counts_its_drops_per_gpu_type_by_hand():
+    from frenzy_core.plans import _apply_constraints
+
+    # A: 1, 2, 4 GPUs at 100, 50, 40 s; B: 1, 8 GPUs at 200, 20 s. Floor 0.5: A's 4 GPUs buy (50/40 - 1) / (4/2 - 1)
+    # = 0.25 of linear over its 2 GPUs -> dropped; B's 8 buy (200/20 - 1) / (8 - 1) = 1.29 -> kept. Then the 4-GPU
+    # limit drops B's 8-GPU plan and the 150 s deadline B's 200 s plan: B has 2 plans that fit and none left.
+    cols = {"gpu_type": np.array(["A", "A", "A", "B", "B"], dtype=object), "type_rank": np.array([0, 0, 0, 1, 1]),
+            "num_gpus": np.array([1, 2, 4, 1, 8]), "time_to_train_s": np.array([100.0, 50.0, 40.0, 200.0, 20.0]),
+            "cost_usd": np.array([1.0, 1.0, 1.0, 1.0, 100.0])}
+    kept, dropped, by_type = _apply_constraints(cols, 0.5, 4, 150.0, None)
+    assert kept["gpu_type"].tolist() == ["A", "A"] and kept["num_gpus"].tolist() == [1, 2]
+    assert dropped == {"scaling_floor": 1, "max_gpus": 1, "deadline_s": 1, "budget_usd": 0}  # unchanged totals
+    assert by_type == {"A": {"scaling_floor": 1, "max_gpus": 0, "deadline_s": 0, "budget_usd": 0},
+                       "B": {"scaling_floor": 0, "max_gpus": 1, "deadline_s": 1, "budget_usd": 0}}
+
+
+def test_a_gpu_type_whose_plans_all_fall_to_the_constraints_is_named_with_the_counts():
+    # SMALL: 2 x 4 A100-40GB and 2 x 2 T4. A 2-GPU limit and a deadline just under the fastest T4 plan's time leave
+    # only A100 plans: every T4 plan that fits falls to one or the other
+    free = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9)
+    fit = {g: sum(p.gpu_type == g for p in free.plans) for g in ("A100-40GB", "T4")}
+    fastest_t4 = min(p.time_to_train_s for p in free.plans if p.gpu_type == "T4")
+    r = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9, max_gpus=2, deadline_s=fastest_t4 * 0.999)
+    assert r.plans and {p.gpu_type for p in r.plans} == {"A100-40GB"}
+    assert r.fit_by_type == fit
+    for name in r.dropped:  # the per-type counts add up to the totals
+        assert sum(c[name] for c in r.dropped_by_type.values()) == r.dropped[name]
+    t4 = r.dropped_by_type["T4"]
+    assert sum(t4.values()) == fit["T4"] and t4["deadline_s"] > 0
+    words = {"max_gpus": "the GPU limit (2 GPUs)", "deadline_s": "the deadline ("}
+    sentence = r.dropped_types["T4"]
+    assert list(r.dropped_types) == ["T4"] and sentence.startswith(f"T4: {fit['T4']} fit in memory; ")
+    for name, n in t4.items():
+        if n:
+            assert f"{n} {'dropped ' if name == next(k for k, v in t4.items() if v) else ''}by {words[name]}" \
+                in sentence
+
+
+def test_no_gpu_type_is_named_when_every_type_keeps_a_plan():
+    r = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9)
+    assert r.dropped_types == {} and set(r.dropped_by_type) == {"A100-40GB", "T4"}

@@ -375,6 +375,21 @@ def test_verdict_says_significant_when_the_lead_is_clear(tiny_cluster):
     assert w.row("h100").on_frontier and w.row(TODAY).on_frontier  # cheaper or faster: neither dominates
 
 
+def test_two_seeds_are_not_called_significant_however_clear_the_lead(tiny_cluster):
+    """With 2 seeds a t-test can pass (p ~ 0.003 here) but the 95% interval is mean +- 12.7 standard errors: the
+    verdict, like the pages (pages/charts.MIN_CI_SEEDS), needs metrics.MIN_CI_SEEDS = 3 seeds."""
+    from frenzy_core.metrics import MIN_CI_SEEDS
+
+    cands = {TODAY: tiny_cluster, "h100": add_gpus(tiny_cluster, "H100-80GB", 8)}
+    two = {TODAY: [10.0, 11.0], "h100": [2.0, 2.1]}
+    assert _welch_p(two["h100"], two[TODAY]) < 0.05
+    w = verdict(_table(two), tiny_cluster, cands, budget_per_hour=100.0)
+    assert MIN_CI_SEEDS == 3 and w.best_within_budget == "h100" and not w.significant
+    assert "Not significant: 2 seeds give no interval; run at least 3" in w.message
+    three = {TODAY: [10.0, 11.0, 12.0], "h100": [2.0, 2.1, 1.9]}
+    assert verdict(_table(three), tiny_cluster, cands, budget_per_hour=100.0).significant
+
+
 def test_each_candidate_says_whether_queueing_or_running_made_it_faster_than_buying_nothing(tiny_cluster):
     """Today: JCT 10 h of which 6 h queueing (4 h running). 'more' cuts the queue to 1 h at the same 4 h running
     (5 h faster, all queueing); 'fast' keeps the 6 h queue and runs in 2 h (2 h faster, all running)."""
