@@ -53,7 +53,8 @@ ROW_KEYS = ("jobs", "completed", "gave_up", "rejected", "avg_jct_s", "median_jct
 TIMING_KEYS = ("sched_overhead_ms_per_decision", "wall_s")  # wall-clock measurements: differ run to run
 GROUP_KEYS = ("workload", "candidate", "policy")  # one aggregate per group, over its seeds
 
-Progress = Callable[[float, int], None]  # (runs done, possibly fractional; runs in all)
+Progress = Callable[[float, int], None]  # (runs done, possibly fractional; runs in all); may repeat a value
+HEARTBEAT_S = 0.25  # the longest a pool sweep goes without calling progress (how fast a Cancel gets through)
 
 
 def workload_trace(workload: Any, seed: int):
@@ -278,7 +279,10 @@ def _run_pool(grid: Grid, runs: Sequence[Run], workers: int, progress: Progress 
         pending = {pool.submit(run_one, grid.part(r), r): r.index for r in runs}
         done_count = 0
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            # a heartbeat: progress is called every HEARTBEAT_S even when no run finished, so a caller that stops
+            # by raising from it (Streamlit's Cancel reaches the script only when it calls into Streamlit) stops
+            # within HEARTBEAT_S, not when the next run ends (a 2,000-job run can take a minute)
+            done, _ = wait(pending, timeout=HEARTBEAT_S, return_when=FIRST_COMPLETED)
             for fut in done:
                 rows[pending.pop(fut)] = fut.result()
                 done_count += 1
@@ -442,7 +446,7 @@ def _run_ray(grid: Grid, runs: Sequence[Run], workers: int, address: str | None,
             for ref, row in zip(done, ray.get(done), strict=True):
                 rows[where[ref]] = row
             done_count += len(done)
-            if done and progress is not None:
+            if progress is not None:  # every 0.2 s: the heartbeat that lets a Cancel through (see _run_pool)
                 progress(done_count, len(runs))
         return rows  # type: ignore[return-value]
     except BaseException:

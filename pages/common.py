@@ -167,6 +167,14 @@ def fmt_count(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
 
 
+def eta_text(elapsed_s: float, fraction: float) -> str:
+    """'about 12 s left' from the time so far and the fraction done (nothing until 2% is done)."""
+    if fraction < 0.02:
+        return "estimating time left…"
+    left = elapsed_s * (1.0 - fraction) / fraction
+    return f"about {left:,.0f} s left" if left < 120 else f"about {left / 60:,.1f} min left"
+
+
 def fmt_params(n: int) -> str:
     for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= div:

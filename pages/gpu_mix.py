@@ -6,6 +6,7 @@ it is significant."""
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict
 
 import pandas as pd
@@ -225,9 +226,12 @@ if ss.get("wi_cancel") and not run:
     st.info("Cancelled; the last finished what-if is shown below.")
 if run and workload is not None:
     bar = st.progress(0, text="Starting…")
+    t0 = time.perf_counter()
 
     def progress(done: float, total: int) -> None:
-        bar.progress(min(100, int(100 * done / max(total, 1))), text=f"{done:.1f} of {total} runs")
+        frac = done / max(total, 1)
+        bar.progress(min(100, int(100 * frac)), text=f"{done:.1f} of {total} runs · "
+                                                     f"{common.eta_text(time.perf_counter() - t0, frac)}")
 
     try:
         ss.wi_whatif = run_whatif(base, candidates, workload, workload_label=workload_label, policy=policy,

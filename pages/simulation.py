@@ -53,14 +53,6 @@ def simulate_cached(key: str, cluster, policy: str, seeds: int, trace, progress)
     return result, False
 
 
-def eta_text(elapsed_s: float, fraction: float) -> str:
-    """'about 12 s left' from the time so far and the fraction done (nothing until 2% is done)."""
-    if fraction < 0.02:
-        return "estimating time left…"
-    left = elapsed_s * (1.0 - fraction) / fraction
-    return f"about {left:,.0f} s left" if left < 120 else f"about {left / 60:,.1f} min left"
-
-
 def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> tuple[dict, int]:
     """Every policy over `seeds` seeds; the bar advances over all of them with an ETA. Returns
     (policy -> MultiSeedResult, how many came from the cache)."""
@@ -76,7 +68,7 @@ def run_simulation(trace, cluster, policies: list[str], seeds: int, bar) -> tupl
             if pct != last[0]:
                 last[0] = pct
                 bar.progress(min(pct, 100), text=f"Simulating {name} ({i + 1}/{len(policies)}): {pct}% · "
-                                                 f"{eta_text(time.perf_counter() - t0, frac)}")
+                                                 f"{common.eta_text(time.perf_counter() - t0, frac)}")
         results[name], hit = simulate_cached(key, cluster, name, seeds, trace, progress)
         cached += hit
     bar.progress(100, text="Done")

@@ -115,6 +115,21 @@ def test_an_exception_from_progress_stops_the_pool_and_leaves_no_worker(grid):
     assert not multiprocessing.active_children()  # run_sweep joined (or killed) every worker before re-raising
 
 
+def test_the_pool_reports_before_any_run_ends_so_a_cancel_gets_through(grid):
+    """progress is a heartbeat (sweep.HEARTBEAT_S): it is called while no run has finished yet (spawned workers take
+    well over 0.25 s to import and simulate), so Streamlit's Cancel is not held up until a run ends."""
+    calls = []
+
+    def stop(done, total):
+        calls.append(done)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(grid, "local", workers=2, progress=stop)
+    assert calls == [0]
+    assert not multiprocessing.active_children()
+
+
 def test_an_exception_from_progress_stops_an_in_process_sweep_mid_run(grid):
     seen = []
 
