@@ -162,6 +162,12 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("limits", "load_yaml", "short_repr(problem, 80)", "80 -> 81"):
         "no PyYAML problem string reaches 80 characters: the longest template (scanner.py, 'expected URI escape "
         "sequence of 2 hexadecimal numbers, but found %r') is 67 with one character's repr, under 78 quoted",
+    ("memory", "_detailed", "0.0 * weights", "Mult -> Div"):
+        "0 / weights is 0 as 0 x weights is: every stage holds weights (> 0), so no 0 / 0 arises",
+    ("memory", "zero3_gathered_elements", "_compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True), training.recompute == 'full', float(par.ep), p - 1, float(par.expert_tp), float(par.dp * par.cp), training.offload == 'params', (par.first_stage_layers, par.last_stage_layers, par.vp))", "3 -> 4"):
+        "_compute_copies only asks `zero < 3`: 3 and 4 take the same ZeRO-3 branch",
+    ("memory", "zero3_gathered_elements", "training.recompute == 'full'", "Eq -> NotEq"):
+        "_compute_copies reads full_recompute only below ZeRO-3; this call is always ZeRO-3",
     ("plans", "within_scaling_floor", "floor <= 0 or not plans", "Or -> And"):
         "a shortcut only: scaling_keep has the same guard (floor <= 0 keeps every plan; no plans give an empty mask)",
     ("plans", "within_scaling_floor", "floor <= 0", "LtE -> Lt"):

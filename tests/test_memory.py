@@ -853,3 +853,36 @@ def test_naming_the_even_count_for_an_end_stage_changes_no_byte(name, pp, middle
                                                                  last_stage_layers=last))
         assert named.per_stage_allocated_bytes == even.per_stage_allocated_bytes
         assert named.total_bytes == even.total_bytes
+
+
+# --- autocast copies of the layer being recomputed (mutation survivors of 2026-12-02) -----------------------------
+def test_a_recomputed_gpt2_layer_makes_bf16_copies_of_its_castable_weights_by_hand():
+    """GPT-2 block: attention 4h^2 + 4h, MLP 8h^2 + 5h (weights and biases, all cast by autocast), two LayerNorms of
+    2h each (kept fp32): a recomputed layer's copies are (12 h^2 + 9 h) x 2 bytes."""
+    import numpy as np
+
+    from frenzy_core import memory as M
+
+    tr = TrainingSpec(precision="amp", recompute="full")
+    recipe = M.run_recipe(tr)
+    ps = recipe.precision_setup(tr.precision)
+    h = 768
+    _, one_layer = M._compute_copies(ZOO["gpt2"], recipe, ps, 0, 1.0, 1.0, 0.0, np.asarray(True), True, 1.0, 0.0)
+    assert one_layer == (12 * h * h + 9 * h) * 2
+
+
+def test_a_stage_of_dense_layers_only_copies_a_dense_layer_even_in_an_moe_model():
+    """DeepSeek-V3's first 3 layers are dense (first_k_dense_replace); over 32 stages stage 0 holds 2 of them, so the
+    layer it recomputes is a dense one, not the 40x larger MoE layer."""
+    import numpy as np
+
+    from frenzy_core import memory as M
+
+    model = ZOO["deepseek-v3"]
+    tr = TrainingSpec(precision="amp", recompute="full")
+    recipe = M.run_recipe(tr)
+    ps = recipe.precision_setup(tr.precision)
+    dense, moe = M._layer_weights(model, 1.0)
+    assert moe > 10 * dense
+    _, one_layer = M._compute_copies(model, recipe, ps, 0, 1.0, 32.0, 0.0, np.asarray(False), True, 1.0, 0.0)
+    assert one_layer == (dense - 2 * model.norm_parameters()) * 2
