@@ -74,6 +74,8 @@ class PlanGoal(BaseModel):
     max_gpus: int | None = None  # at most this many GPUs
     deadline_h: float | None = None  # train the token budget within this many hours
     budget_usd: float | None = None  # spend at most this on the run (catalog prices)
+    # the launch file the Plans page exports (frenzy_core.export.FORMATS); None: the training framework's own
+    export_format: Literal["megatron", "deepspeed", "torchtitan", "accelerate", "slurm", "kubernetes"] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> PlanGoal:

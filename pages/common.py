@@ -361,6 +361,18 @@ def _widget(key: str, default):
     return default if value is None else value
 
 
+def _chosen_export(default: str | None) -> str | None:
+    """The Plans page's export format when the user chose one other than the training framework's own (None keeps
+    the framework's, so visiting the page does not change the scenario)."""
+    from frenzy_core.export import FRAMEWORK_EXPORT
+
+    value = _widget("plans_export_format", None)
+    if value is None:
+        return default
+    own = FRAMEWORK_EXPORT.get(training().framework, "megatron")
+    return None if value == own else value
+
+
 def scenario_from_state():
     """The scenario the session holds now: canonical model/training/split/cluster plus every page's settings.
     Widget values that do not validate fall back to the last good scenario's (None if there is none yet)."""
@@ -383,7 +395,8 @@ def scenario_from_state():
                         method=_widget("plans_method", goal0.method),
                         safety_margin=float(_widget("plans_margin", goal0.safety_margin)),
                         scaling_floor=float(_widget("plans_floor", goal0.scaling_floor)),
-                        deadline_h=deadline or None, max_gpus=max_gpus or None, budget_usd=budget or None)
+                        deadline_h=deadline or None, max_gpus=max_gpus or None, budget_usd=budget or None,
+                        export_format=_chosen_export(goal0.export_format))
         kind = _widget("sim_kind", "bundled sample")
         sim = SimulationSpec(trace=_widget("sim_bundled", sim0.trace) if kind == "bundled sample" else sim0.trace,
                              limit_jobs=int(_widget("sim_limit", sim0.limit_jobs)),
@@ -424,6 +437,7 @@ def apply_scenario(s, source: str) -> None:
         "plans_margin": float(g.safety_margin), "plans_floor": float(g.scaling_floor),
         "plans_deadline_h": float(g.deadline_h or 0.0), "plans_max_gpus": int(g.max_gpus or 0),
         "plans_budget": float(g.budget_usd or 0.0),
+        **({"plans_export_format": g.export_format} if g.export_format else {}),
         "sim_kind": "bundled sample", "sim_bundled": sim.trace, "sim_limit": int(sim.limit_jobs),
         "sim_seeds": int(sim.seeds), "sim_policies": list(sim.policies),
         "wi_kind": "bundled sample", "wi_bundled": sim.trace, "wi_limit": int(sim.limit_jobs),

@@ -553,6 +553,20 @@ def test_share_link_restores_the_scenario_on_a_fresh_session(monkeypatch):
     assert (plans["GPUs"] <= 32).all() and (plans["time to train (h)"] <= 72).all()
 
 
+def test_a_share_link_carries_the_export_format_to_the_plans_page(monkeypatch):
+    from frenzy_core.scenario import encode_share, load_scenario
+
+    s = load_scenario(REPO / "sample_scenarios" / "ml-engineer.yaml")
+    s = s.model_copy(update={"plans": s.plans.model_copy(update={"export_format": "slurm"})})
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["s"] = encode_share(s)
+    at.run()
+    no_failure(at)
+    open_page(at, "pages/plans.py")
+    assert at.session_state.plans_export_format == "slurm"
+
+
 def test_a_damaged_share_link_shows_an_error_and_keeps_the_defaults(monkeypatch):
     monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
     at = AppTest.from_file(APP, default_timeout=TIMEOUT)

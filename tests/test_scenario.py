@@ -54,6 +54,21 @@ def test_sample_round_trips_through_yaml_and_the_share_code(path):
     assert len(code) <= MAX_SHARE_CHARS and decode_share(code) == s
 
 
+def test_the_export_format_travels_in_the_scenario_and_the_share_code():
+    from frenzy_core.export import FORMATS
+    from frenzy_core.scenario import PlanGoal
+
+    s = parse_scenario_yaml(TINY.replace("max_gpus: 8}", "max_gpus: 8, export_format: kubernetes}"))
+    assert s.plans.export_format == "kubernetes"
+    assert decode_share(encode_share(s)).plans.export_format == "kubernetes"
+    assert parse_scenario_yaml(scenario_to_yaml(s)) == s
+    assert parse_scenario_yaml(TINY).plans.export_format is None  # left out: the framework's own format
+    for fmt in FORMATS:  # the field takes exactly the formats export.py writes
+        assert PlanGoal(export_format=fmt).export_format == fmt
+    with pytest.raises(SpecError, match="export_format"):
+        parse_scenario_yaml(TINY.replace("max_gpus: 8}", "max_gpus: 8, export_format: bash}"))
+
+
 def test_share_code_is_base64url_of_zlib_json():
     s = parse_scenario_yaml(TINY)
     data = json.loads(zlib.decompress(base64.urlsafe_b64decode(encode_share(s) + "==")))
