@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from frenzy_core.errors import SpecError, from_validation_error
 from frenzy_core.frameworks import FRAMEWORKS, switch_owner
 from frenzy_core.frameworks.deepspeed import ZERO_OPTIMIZATION_FIELDS
-from frenzy_core.limits import MAX_PARALLEL, TRAINING_LIMITS, check_upper_limits, short_repr
+from frenzy_core.limits import MAX_LORA_TARGETS_CHARS, MAX_PARALLEL, TRAINING_LIMITS, check_upper_limits, short_repr
 from frenzy_core.precision import PRECISIONS, PrecisionSetup
 
 __all__ = ["PRECISIONS", "PrecisionSetup"]  # re-exported from frenzy_core.precision, where they live
@@ -29,7 +29,6 @@ LoraTargets = Literal["attention", "all-linear"]  # PEFT target_modules presets:
 # `TrainingSpec.lora_targets` also takes a comma list of these linears (PEFT target_modules, LitGPT lora_query / ...):
 # the attention projections, the MLP's (GELU MLPs have only up = fc1 and down = fc2) and the LM head
 LORA_LINEARS = ("q", "k", "v", "o", "gate", "up", "down", "head")
-MAX_LORA_TARGETS_CHARS = 64  # every linear named once with commas is 25 characters; longer is not a target list
 LORA_PRESETS: dict[str, frozenset[str]] = {
     "attention": frozenset({"q", "k", "v", "o"}),
     "all-linear": frozenset({"q", "k", "v", "o", "gate", "up", "down"}),  # PEFT "all-linear" skips the head

@@ -356,3 +356,18 @@ def test_a_file_of_exactly_the_limit_is_read_whole(tmp_path):
     assert read_user_file(path, "spec", "a spec", limit=100) == "a" * 100
     with pytest.raises(SpecError, match="99-byte limit"):
         read_user_file(path, "spec", "a spec", limit=99)
+
+
+def test_docs_limits_is_the_table_of_the_module():
+    """docs/limits.md is generated from limits.py (`python -m frenzy_core.limits`): the one limits table."""
+    from pathlib import Path
+
+    from frenzy_core import limits
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "limits.md").read_text(encoding="utf-8")
+    assert doc == limits.table_markdown(), "rerun: python -m frenzy_core.limits > docs/limits.md"
+    rows = {name: (value, why) for name, value, why in limits.table()}
+    assert rows["MAX_SPEC_FILE_BYTES"][0] == f"{limits.MAX_SPEC_FILE_BYTES:,}" == "1,048,576"
+    assert rows["DEFAULT_SAFETY_MARGIN"][0] == "0.1" and rows["DEFAULT_TOKENS"][0] == "10,000,000,000"
+    assert "count:" in rows["MAX_SPEC_FILE_BYTES"][1]  # the comment's second line is kept
+    assert all(why for _, why in rows.values())  # every limit says why it is what it is
