@@ -415,6 +415,8 @@ def cmd_simulate(args) -> int:
     cluster = load_cluster(args.cluster)
     if args.job_model == "sia-apps":
         return _simulate_sia_apps(args, trace, cluster)
+    if args.efficiency_floor is not None:
+        raise SpecError("efficiency_floor", "--efficiency-floor needs --job-model sia-apps (frenzy-elastic)")
     progress = None
     bar = None
     if not args.json and sys.stderr.isatty():
@@ -461,6 +463,18 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _round_policy_options(args) -> dict | None:
+    """The policy options given on the command line (--efficiency-floor), for policies whose allocator takes them."""
+    from frenzy_core.policies import REGISTRY
+
+    if getattr(args, "efficiency_floor", None) is None:
+        return None
+    if "efficiency_floor" not in getattr(REGISTRY.get(args.policy), "round_options", ()):
+        raise SpecError("efficiency_floor", f"--efficiency-floor applies to frenzy-elastic and frenzy-elastic-srpt, "
+                                            f"not {args.policy!r}")
+    return {"efficiency_floor": float(args.efficiency_floor)}
+
+
 def _simulate_sia_apps(args, trace, cluster) -> int:
     """`frenzy simulate --job-model sia-apps`: one run of rounds.simulate_rounds (deterministic, no seeds)."""
     from frenzy_core.rounds import app_jobs, simulate_rounds
@@ -469,7 +483,7 @@ def _simulate_sia_apps(args, trace, cluster) -> int:
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     try:
-        summary = simulate_rounds(app_jobs(trace), cluster, args.policy).summary_dict()
+        summary = simulate_rounds(app_jobs(trace), cluster, args.policy, _round_policy_options(args)).summary_dict()
     finally:
         sys.stdout.flush()
         os.dup2(saved_stdout, 1)
@@ -766,6 +780,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-model", default="llm", choices=["llm", "sia-apps"],
                    help="llm: trace jobs mapped to LLM training jobs (default); sia-apps: Sia's measured "
                         "applications (needs --trace-format sia; round-based, deterministic, --seeds ignored)")
+    p.add_argument("--efficiency-floor", type=float, default=None, metavar="X",
+                   help="frenzy-elastic(-srpt), in [0, 1): the GPU-hours knob; each job's allocation is valued "
+                        "speed / (1 + X GPUs), i.e. JCT + X GPU-hours (default: the policy's, chosen on saturn-1)")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("whatif", help="procurement what-if: candidate GPU purchases, JCT with CIs, cost, budget verdict")

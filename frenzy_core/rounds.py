@@ -241,10 +241,12 @@ class RoundView:
     current: Mapping[int, Alloc]  # the allocation each active job holds now
 
 
-def simulate_rounds(jobs: Sequence[AppJob], cluster: Cluster, policy_name: str) -> SimResult:
+def simulate_rounds(jobs: Sequence[AppJob], cluster: Cluster, policy_name: str,
+                    policy_options: Mapping[str, object] | None = None) -> SimResult:
     """Run one policy over a Sia workload with Sia's applications; deterministic (no seed).
 
-    The policy (REGISTRY[policy_name].round_allocator) is built with the cluster's layouts and called every
+    The policy (REGISTRY[policy_name].round_allocator) is built with the cluster's layouts (and `policy_options`
+    as keyword arguments, for policies that take options, e.g. {"efficiency_floor": 0.2}) and called every
     round_s seconds; the run ends when every job has finished its epochs.
     """
     from frenzy_core.policies import REGISTRY
@@ -260,7 +262,7 @@ def simulate_rounds(jobs: Sequence[AppJob], cluster: Cluster, policy_name: str) 
         raise SpecError("trace", "no jobs to simulate")
     t_wall = time.perf_counter()
     layouts = layouts_of(cluster)
-    policy = maker(layouts)
+    policy = maker(layouts, **policy_options) if policy_options else maker(layouts)
     round_s = float(policy.round_s)
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival_s, i))
     states = [AppJobState(i, jobs[i], load_app(jobs[i].application), policy.tune_batch) for i in range(len(jobs))]
@@ -323,7 +325,8 @@ def _result(policy_name, cluster, layouts, states, busy_t, busy, decisions, poli
     return SimResult(policy=policy_name, seed=0, cluster=cluster.name, total_gpus=sum(x.total_gpus for x in layouts),
                      jobs=cols, util_times_s=t, util_busy=b, gpu_types=tuple(x.gpu_type for x in layouts),
                      decision_wall_s=np.array(decisions), policy_stats=dict(policy.stats()), oom_failures=0,
-                     oom_wasted_gpu_hours=0.0, wall_s=wall_s, notes=("job model: sia-apps",))
+                     oom_wasted_gpu_hours=0.0, wall_s=wall_s,
+                     notes=("job model: sia-apps", *((policy.note,) if hasattr(policy, "note") else ())))
 
 
 def app_jobs(trace) -> list[AppJob]:

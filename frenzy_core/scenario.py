@@ -112,12 +112,12 @@ class SimulationSpec(BaseModel):
     @field_validator("policies")
     @classmethod
     def _known_policies(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from frenzy_core.policies import REGISTRY
+        from frenzy_core.policies import EVENT_POLICIES
 
-        unknown = [p for p in v if p not in REGISTRY]
+        unknown = [p for p in v if p not in EVENT_POLICIES]
         if unknown or not v:
-            raise ValueError(f"unknown policy {unknown[0]!r}; choose from {', '.join(REGISTRY)}" if unknown
-                             else "list at least one policy")
+            raise ValueError(f"unknown policy {unknown[0]!r} for the LLM job model; choose from "
+                             f"{', '.join(EVENT_POLICIES)}" if unknown else "list at least one policy")
         return v
 
     @field_validator("trace")
@@ -153,6 +153,11 @@ class WhatIfSpec(BaseModel):
             raise ValueError(f"budget_usd_per_hour must be between 0 and 1e7, got {self.budget_usd_per_hour}")
         if not 1 <= self.seeds <= MAX_SCENARIO_SEEDS:
             raise ValueError(f"seeds must be between 1 and {MAX_SCENARIO_SEEDS}, got {self.seeds}")
+        from frenzy_core.policies import EVENT_POLICIES
+
+        if self.policy not in EVENT_POLICIES:
+            raise ValueError(f"policy {short_repr(self.policy)} is not a policy of the LLM job model; choose from "
+                             f"{', '.join(EVENT_POLICIES)}")
         return self
 
 

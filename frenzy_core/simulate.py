@@ -346,6 +346,8 @@ def simulate(trace, cluster: Cluster, policy_name: str, seed: int = 0, options: 
     opts = options or SimOptions()
     if policy_name not in REGISTRY:
         raise SpecError("policy", f"unknown policy {policy_name!r}; choose one of: {', '.join(REGISTRY)}")
+    if not REGISTRY[policy_name].event_engine:
+        raise SpecError("policy", f"{policy_name!r} runs on the round engine only (--job-model sia-apps)")
     _check_options(opts)
     _require_jobs(trace)
     t_wall = time.perf_counter()

@@ -15,7 +15,7 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.limits import MAX_SCENARIO_SEEDS
 from frenzy_core.models import ZOO
-from frenzy_core.policies import REGISTRY
+from frenzy_core.policies import EVENT_POLICIES
 from frenzy_core.sweep import default_workers
 from frenzy_core.tco import (
     DEFAULT_LIFE_YEARS,
@@ -55,7 +55,7 @@ DEFAULT_JOBS = pd.DataFrame([{"model": "llama-2-7b", "runs_per_week": 3.0, "gpus
 # The data editors keep their base tables (wi_table, the defaults).
 SETTINGS = {"wi_pricing": "rental", "wi_budget": DEFAULT_BUDGET_PER_HOUR, "wi_life": DEFAULT_LIFE_YEARS,
             "wi_pue": DEFAULT_PUE, "wi_kwh": DEFAULT_USD_PER_KWH, "wi_source": "a trace", "wi_weeks": 4.0,
-            "wi_policy": DEFAULT_POLICY if DEFAULT_POLICY in REGISTRY else next(iter(REGISTRY)),
+            "wi_policy": DEFAULT_POLICY if DEFAULT_POLICY in EVENT_POLICIES else EVENT_POLICIES[0],
             "wi_seeds": DEFAULT_SEEDS, "wi_workers": default_workers(), "wi_search_types": ["H100-80GB", "L40S"],
             "wi_search_step": 8, "wi_search_keep": 6}
 for _key, _default in SETTINGS.items():
@@ -169,7 +169,7 @@ with right:
                               "my jobs")
             workload = None
         workload_label = "my jobs"
-    policy = st.selectbox("Policy", list(REGISTRY), key="wi_policy")  # own row: a third of it clips the names
+    policy = st.selectbox("Policy", list(EVENT_POLICIES), key="wi_policy")  # own row: a third of it clips the names
     c2, c3 = st.columns(2)
     seeds = c2.number_input("seeds", min_value=1, max_value=MAX_SCENARIO_SEEDS, step=1, key="wi_seeds",
                             help="5 by default: with 2 seeds a 95% interval is mean ± 12.7 standard errors")

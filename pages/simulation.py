@@ -14,7 +14,7 @@ import streamlit as st
 
 from frenzy_core.errors import SpecError
 from frenzy_core.limits import MAX_SCENARIO_SEEDS
-from frenzy_core.policies import REGISTRY
+from frenzy_core.policies import EVENT_POLICIES
 from frenzy_core.simulate import SimOptions, simulate_seeds
 from pages import charts, common
 from pages.charts import HOUR
@@ -117,7 +117,7 @@ st.caption(f"Trace-driven simulation on **{cluster.name}** ({cluster.total_gpus}
 with st.container(border=True):
     trace = common.trace_picker("sim")
     c1, c2, c3 = st.columns([3, 1, 1], vertical_alignment="bottom")
-    policies = c1.multiselect("Policies", list(REGISTRY), default=[p for p in ("frenzy", "frenzy-eft", "fcfs") if p in REGISTRY],
+    policies = c1.multiselect("Policies", list(EVENT_POLICIES), default=[p for p in ("frenzy", "frenzy-eft", "fcfs") if p in EVENT_POLICIES],
                               key="sim_policies")
     seeds = c2.number_input("seeds", min_value=1, max_value=MAX_SCENARIO_SEEDS, value=3, step=1, key="sim_seeds",
                             help="independent mappings of the trace; confidence intervals are over seeds")

@@ -22,6 +22,10 @@ nodes:
   - {name: t, gpu_type: T4, num_gpus: 4, count: 2}
 """)
 JOBS = [TraceJob(f"j{i}", 0.0, n, 900.0 + 100 * i) for i, n in enumerate([1, 2, 4, 1, 8, 2, 1, 4])]
+# the engines each registered policy runs on: the event engine (`decide`, the LLM job model) and the round engine
+# (`round_allocator`, --job-model sia-apps); the contract tests below run every policy in every engine it has
+EVENT_POLICIES = sorted(k for k, v in REGISTRY.items() if v.event_engine)
+ROUND_POLICIES = sorted(k for k, v in REGISTRY.items() if getattr(v, "round_allocator", None) is not None)
 
 
 def _view(policy_name: str, free=None):
@@ -46,7 +50,7 @@ def _snapshot(view):
     return [(s.state, s.requested_gpus, s.done_fraction, s.plan, s.placement) for s in view.jobs], view.free.copy()
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", EVENT_POLICIES)
 def test_policy_contract(name):
     """Every policy: reads the view without changing it; returns Start/Preempt/Reject for jobs it may touch;
     its starts together never take more GPUs than are free on any node; each placement matches its plan."""
@@ -74,10 +78,69 @@ def test_policy_contract(name):
     assert r.completed == len(JOBS)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", EVENT_POLICIES)
 def test_policy_starts_nothing_on_a_full_cluster(name):
     policy, view = _view(name, free=np.zeros(4, dtype=np.int64))
     assert not [d for d in policy.decide(view) if isinstance(d, Start)]
+
+
+def test_every_policy_runs_in_some_engine_and_round_only_ones_say_so():
+    from frenzy_core.errors import SpecError
+
+    assert set(EVENT_POLICIES) | set(ROUND_POLICIES) == set(REGISTRY)
+    for name in set(REGISTRY) - set(EVENT_POLICIES):
+        with pytest.raises(SpecError, match="round engine"):
+            simulate(JOBS[:1], CLUSTER, name, options=SimOptions(estimator=AnalyticEstimator()))
+
+
+@pytest.mark.parametrize("name", ROUND_POLICIES)
+def test_round_policy_contract(name):
+    """Every round allocator (--job-model sia-apps): allocations only for active jobs, on GPUs of the cluster's
+    types, no node over-committed in any round (checked here and by the engine), every job done, and the same
+    result twice (no seed: deterministic)."""
+    from pathlib import Path
+
+    from frenzy_core.cluster import load_cluster
+    from frenzy_core.rounds import AppJob, layouts_of, simulate_rounds
+
+    sia64 = load_cluster(Path(__file__).resolve().parents[1] / "sample_clusters" / "sia-64.yaml")
+    layouts = {lay.suffix: lay for lay in layouts_of(sia64)}
+    jobs = [AppJob(f"bert-{i}", 40.0 * i, "bert", 4, 96) for i in range(3)]
+    seen = []
+    maker = REGISTRY[name].round_allocator
+
+    class Checked:
+        def __init__(self, lays):
+            self.inner = maker(lays)
+            self.round_s, self.tune_batch = self.inner.round_s, self.inner.tune_batch
+
+        def allocate(self, view):
+            out = self.inner.allocate(view)
+            assert set(out) <= set(view.active)
+            used = {}
+            for suffix, nodes in out.values():
+                assert suffix in layouts
+                for node in nodes:
+                    used[(suffix, node)] = used.get((suffix, node), 0) + 1
+            assert all(n <= layouts[s].gpus_per_node and 0 <= node < layouts[s].num_nodes
+                       for (s, node), n in used.items())
+            seen.append(len(out))
+            return out
+
+        def stats(self):
+            return self.inner.stats()
+
+    class Spy:
+        round_allocator = Checked
+
+    REGISTRY["_round_contract"] = Spy
+    try:
+        a = simulate_rounds(jobs, sia64, "_round_contract")
+    finally:
+        del REGISTRY["_round_contract"]
+    assert a.completed == len(jobs) and max(seen) > 0
+    b = simulate_rounds(jobs, sia64, name)
+    assert np.array_equal(a.jobs["jct_s"], b.jobs["jct_s"])
 
 
 def test_fcfs_uses_the_users_count_first_fit_by_type():
@@ -262,7 +325,7 @@ def test_sia_solver_has_a_node_and_gap_limit_and_no_time_limit(monkeypatch):
     assert "time_limit" not in got and got["node_limit"] == 77 and got["mip_rel_gap"] == SimOptions().sia_mip_gap
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", EVENT_POLICIES)
 def test_every_policy_gives_identical_results_for_the_same_seed(name):
     opts = SimOptions(estimator=AnalyticEstimator())
     a = simulate(_busy_trace(24), CLUSTER, name, seed=5, options=opts)

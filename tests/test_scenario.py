@@ -213,3 +213,18 @@ def test_scenario_sections_accept_their_boundary_values_and_refuse_just_past_the
     for name in ("max_gpus", "deadline_h", "budget_usd"):
         with pytest.raises(ValueError, match=name):
             PlanGoal(**{name: 0})
+
+
+def test_round_engine_policies_and_unknown_names_are_refused_for_the_llm_job_model():
+    """frenzy-elastic runs on the round engine only (`--job-model sia-apps`): a scenario's simulation and what-if,
+    which run the LLM job model, refuse it by name, as they refuse an unknown policy."""
+    from frenzy_core.policies import EVENT_POLICIES, REGISTRY
+    from frenzy_core.scenario import SimulationSpec, WhatIfSpec
+
+    assert "frenzy-elastic" in REGISTRY and "frenzy-elastic" not in EVENT_POLICIES and "frenzy" in EVENT_POLICIES
+    for bad in ("frenzy-elastic", "nope"):
+        with pytest.raises(ValueError, match="LLM job model"):
+            SimulationSpec(policies=(bad,))
+        with pytest.raises(ValueError, match="LLM job model"):
+            WhatIfSpec(policy=bad)
+    assert WhatIfSpec(policy="sia").policy == "sia"

@@ -6,6 +6,7 @@ from frenzy_core.policies.base import Decision, Policy, PolicyContext, Preempt, 
 from frenzy_core.policies.fcfs import FcfsPolicy
 from frenzy_core.policies.frenzy import FrenzyPolicy
 from frenzy_core.policies.frenzy_eft import FrenzyEftPolicy
+from frenzy_core.policies.frenzy_elastic import FrenzyElasticPolicy, FrenzyElasticSrptPolicy
 from frenzy_core.policies.frenzy_las import FrenzyLasPolicy
 from frenzy_core.policies.frenzy_share import FrenzySharePolicy
 from frenzy_core.policies.frenzy_srpt import FrenzySrptPolicy
@@ -19,10 +20,16 @@ REGISTRY: dict[str, type[Policy]] = {
     "frenzy-eft": FrenzyEftPolicy,
     "frenzy-srpt": FrenzySrptPolicy,
     "frenzy-las": FrenzyLasPolicy,
+    "frenzy-elastic": FrenzyElasticPolicy,
+    "frenzy-elastic-srpt": FrenzyElasticSrptPolicy,
     "fcfs": FcfsPolicy,
     "sia": SiaPolicy,
     "sia-real": SiaRealPolicy,
     "gavel": GavelPolicy,
 }
 
-__all__ = ["REGISTRY", "Decision", "Policy", "PolicyContext", "Preempt", "Reject", "SchedulerView", "Start"]
+# the policies the event engine runs (the LLM job model: `simulate`, the pages, what-ifs and scenarios); the others
+# (frenzy-elastic) run on the round engine only, `frenzy simulate --job-model sia-apps`
+EVENT_POLICIES: tuple[str, ...] = tuple(name for name, cls in REGISTRY.items() if cls.event_engine)
+
+__all__ = ["EVENT_POLICIES", "REGISTRY", "Decision", "Policy", "PolicyContext", "Preempt", "Reject", "SchedulerView", "Start"]

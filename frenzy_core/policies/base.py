@@ -123,6 +123,7 @@ class Policy(ABC):
 
     name: ClassVar[str] = "base"
     round_s: float | None = None
+    event_engine: ClassVar[bool] = True  # False: the policy runs on the round engine only (its round_allocator)
 
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx
