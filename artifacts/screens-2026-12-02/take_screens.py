@@ -7,7 +7,6 @@ a 1,280 x 2,000 viewport, runs a small simulation / what-if where the page needs
 <page>-<suffix>.png next to this file."""
 
 import sys
-import time
 from pathlib import Path
 
 root, suffix = Path(sys.argv[1]).resolve(), sys.argv[2]
