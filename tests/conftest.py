@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,14 @@ def shared_traces() -> Path:
     if not path.is_dir():
         pytest.skip(f"../shared/traces not found at {path}: the real-trace tests need the shared data folder")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Put back sys.modules["__main__"] after every test: Streamlit's AppTest.from_function leaves its temporary
+    script there, and a process pool spawned later in the same worker (tests/test_sweep.py) re-runs `__main__`'s
+    file in each child, which then fails (NameError) and breaks the pool."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main

@@ -20,7 +20,7 @@ from frenzy_core.cluster import parse_cluster_yaml  # noqa: E402
 from frenzy_core.models import ModelSpec  # noqa: E402
 from frenzy_core.packing import ClusterIndex, place  # noqa: E402
 from frenzy_core.plans import rank_plans  # noqa: E402
-from frenzy_core.policies import REGISTRY  # noqa: E402
+from frenzy_core.policies import EVENT_POLICIES  # noqa: E402
 from frenzy_core.simulate import simulate  # noqa: E402
 from frenzy_core.traces import load_native  # noqa: E402
 from frenzy_core.training import TrainingSpec  # noqa: E402
@@ -133,7 +133,7 @@ def small_traces(draw):
 
 @SLOW
 @given(small_traces(), st.integers(0, 3))
-@pytest.mark.parametrize("policy", sorted(REGISTRY))
+@pytest.mark.parametrize("policy", sorted(EVENT_POLICIES))
 def test_simulation_conserves_jobs_and_is_deterministic(policy, trace, seed):
     a = simulate(trace, SIM_CLUSTER, policy, seed=seed)
     b = simulate(trace, SIM_CLUSTER, policy, seed=seed)

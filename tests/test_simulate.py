@@ -20,7 +20,7 @@ import pytest
 from frenzy_core.cluster import parse_cluster_yaml
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO
-from frenzy_core.policies import REGISTRY, Start
+from frenzy_core.policies import EVENT_POLICIES, REGISTRY, Start
 from frenzy_core.policies.base import Policy
 from frenzy_core.simulate import (
     RestartModel,
@@ -55,7 +55,7 @@ def _golden_trace():
 def _golden_runs() -> pd.DataFrame:
     cluster = parse_cluster_yaml(GOLDEN_CLUSTER, source="golden.yaml")
     frames = []
-    for policy in sorted(REGISTRY):
+    for policy in sorted(EVENT_POLICIES):  # the event engine's policies (frenzy-elastic runs on rounds)
         r = simulate(_golden_trace(), cluster, policy, seed=0, options=OPTS)
         frames.append(r.jobs_frame()[["job_id", "model", "gpu_type", "num_gpus", "jct_s"]].assign(policy=policy))
     return pd.concat(frames, ignore_index=True)[["policy", "job_id", "model", "gpu_type", "num_gpus", "jct_s"]]
@@ -141,7 +141,7 @@ def test_golden_hand_check_frenzy_eft(golden_cluster):
     assert want.loc[("frenzy-eft", "g02"), "jct_s"] < want.loc[("frenzy-share", "g02"), "jct_s"]
 
 
-@pytest.mark.parametrize("policy", sorted(REGISTRY))
+@pytest.mark.parametrize("policy", sorted(EVENT_POLICIES))
 def test_every_job_finishes_and_gpus_are_conserved(golden_cluster, policy):
     r = simulate(_golden_trace(), golden_cluster, policy, seed=0, options=OPTS)
     assert r.completed == 20 and (r.jobs["state"] == "done").all()
@@ -341,7 +341,7 @@ def _busy_jobs(n: int = 30, seed: int = 3) -> list[TraceJob]:
                      float(rng.integers(900, 9000))) for i in range(n)]
 
 
-@pytest.mark.parametrize("policy", sorted(REGISTRY))
+@pytest.mark.parametrize("policy", sorted(EVENT_POLICIES))
 def test_preemption_invariants_no_job_lost_progress_kept_no_gpu_overcommitted(golden_cluster, policy, monkeypatch):
     """Every start and preemption is checked as it happens: a job's trained share never goes down (a preemption
     keeps what was trained up to it, its checkpoint), no node ever has fewer than 0 free GPUs and the per-type counts
