@@ -886,3 +886,15 @@ def test_a_stage_of_dense_layers_only_copies_a_dense_layer_even_in_an_moe_model(
     assert moe > 10 * dense
     _, one_layer = M._compute_copies(model, recipe, ps, 0, 1.0, 32.0, 0.0, np.asarray(False), True, 1.0, 0.0)
     assert one_layer == (dense - 2 * model.norm_parameters()) * 2
+
+
+def test_an_moe_models_castable_weights_are_all_but_its_embedding_and_norms():
+    """Mixtral on one GPU: autocast casts every linear, the experts and the untied LM head, and leaves the input
+    embedding and the 2L + 1 RMSNorms in fp32: castable = parameters - V h - (2L + 1) h (hand-derived from the
+    model's own parameter count, not from the function under test)."""
+    from frenzy_core import memory as M
+
+    m = ZOO["mixtral-8x7b"]
+    _, _, castable = M._stage_parameters(m, 1.0, 1.0, 0.0, 1.0)
+    assert not m.tie_embeddings
+    assert castable == m.parameter_count() - m.vocab_size * m.hidden_size - (2 * m.num_layers + 1) * m.hidden_size
