@@ -798,3 +798,12 @@ def test_an_oom_resubmission_never_asks_for_more_gpus_than_the_largest_type_has(
     run.loop()
     assert run.jobs[0].oom_failures == 9  # every try crashes: 1 -> 2 -> 4 -> 8 GPUs, then retries at 8
     assert run.jobs[0].requested_gpus <= 8  # doubled 1 -> 2 -> 4 -> 8, then held at the 8 T4s there are
+
+
+def test_the_sia_node_limit_takes_one_node_and_refuses_zero():
+    """sia_node_limit is a count of branch-and-bound nodes: 1 is the smallest valid one (mutation survivor)."""
+    from frenzy_core.simulate import _check_options
+
+    _check_options(SimOptions(sia_node_limit=1))
+    with pytest.raises(SpecError, match="sia_node_limit"):
+        _check_options(SimOptions(sia_node_limit=0))
