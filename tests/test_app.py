@@ -431,11 +431,7 @@ def test_oom_bars_are_the_mean_failures_per_run(sim):
 
 
 def test_one_seed_draws_no_error_bars_and_no_nan(app):
-    open_page(app, "pages/simulation.py")
-    app.number_input(key="sim_limit").set_value(30)
-    app.number_input(key="sim_seeds").set_value(1)
-    app.button(key="sim_run").click().run()
-    no_failure(app)
+    run_simulation_page(app, seeds=1)
     figs = charts(app)  # parsing refuses NaN
     assert {"cdf", "jct_bars", "utilisation", "gpu_hours"} <= set(figs)
     assert not [t for name in ("jct_bars", "oom") if name in figs for t in figs[name]["data"] if error_bar(t)]
@@ -466,6 +462,16 @@ def test_trace_in_the_wrong_format_shows_error(app):
 
 
 # --- GPU mix what-if ----------------------------------------------------------------------------------------------
+def run_simulation_page(app: AppTest, seeds: int, jobs: int = 30) -> AppTest:
+    """The Simulation page after a run of its default policies on the first `jobs` jobs."""
+    open_page(app, "pages/simulation.py")
+    app.number_input(key="sim_limit").set_value(jobs)
+    app.number_input(key="sim_seeds").set_value(seeds)
+    app.button(key="sim_run").click().run()
+    no_failure(app)
+    return app
+
+
 def run_whatif_page(app: AppTest, seeds: int) -> AppTest:
     """The GPU mix page after a what-if of the default candidates on 40 jobs."""
     open_page(app, "pages/gpu_mix.py")
@@ -897,11 +903,7 @@ def test_plans_page_names_each_gpu_type_the_constraints_emptied_with_the_counts(
 
 
 def test_two_seeds_draw_and_print_no_confidence_interval_and_say_so(app):
-    open_page(app, "pages/simulation.py")
-    app.number_input(key="sim_limit").set_value(30)
-    app.number_input(key="sim_seeds").set_value(2)
-    app.button(key="sim_run").click().run()
-    no_failure(app)
+    run_simulation_page(app, seeds=2)
     figs = charts(app)
     assert not [t for t in figs["jct_bars"]["data"] if error_bar(t)]
     assert "mean of 2 seeds, no CI" in figs["jct_bars"]["layout"]["title"]["text"]
@@ -929,11 +931,7 @@ def test_one_seed_what_if_prints_no_interval_in_its_table(app):
 
 
 def test_no_oom_failure_anywhere_shows_a_sentence_not_an_empty_chart(app):
-    open_page(app, "pages/simulation.py")
-    app.number_input(key="sim_limit").set_value(30)
-    app.number_input(key="sim_seeds").set_value(1)
-    app.button(key="sim_run").click().run()
-    no_failure(app)
+    run_simulation_page(app, seeds=1)
     results = app.session_state.sim_results
     assert all(r.oom_failures == 0 for res in results.values() for r in res.results), "the example has no OOM"
     assert "oom" not in charts(app)
