@@ -23,6 +23,8 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from results_doc import replace_section  # noqa: E402  (bench/results_doc.py, beside this script)
+
 from frenzy_core.cluster import load_cluster  # noqa: E402
 from frenzy_core.rounds import app_jobs, simulate_rounds  # noqa: E402
 from frenzy_core.traces import load_trace  # noqa: E402
@@ -108,8 +110,6 @@ def _md(frame: pd.DataFrame) -> list[str]:
 
 def write_section(df: pd.DataFrame, apps: pd.DataFrame, out: dict) -> None:
     """Replace the text between the fidelity markers of docs/results.md (appended when absent)."""
-    path = REPO / "docs" / "results.md"
-    text = path.read_text() if path.exists() else ""
     cols = ["policy", "workload", "completed", "avg_jct_h", "reference_h", "error_pct", "median_jct_h", "makespan_h",
             "gpu_hours", "restarts_per_job"]
     lines = [BEGIN, "## Fidelity: Sia's workloads with Sia's applications (`--job-model sia-apps`)", "",
@@ -126,12 +126,7 @@ def write_section(df: pd.DataFrame, apps: pd.DataFrame, out: dict) -> None:
                   f" h against the artifact README's {GAVEL_SATURN10_MEAN_H} h ({out['gavel_saturn10_error_pct']:+.1f}%).",
                   ""]
     lines.append(END)
-    block = "\n".join(lines)
-    if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+    replace_section(BEGIN, END, lines)
 
 
 if __name__ == "__main__":

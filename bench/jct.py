@@ -19,6 +19,7 @@ Last line: JSON with per setting the average JCT (s), GPU-hours and restarts per
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -31,7 +32,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from frenzy_core.cluster import load_cluster  # noqa: E402
-from frenzy_core.metrics import mean_ci  # noqa: E402
+from frenzy_core.metrics import mean_ci, paired_comparison  # noqa: E402
 from frenzy_core.simulate import RestartModel, SimOptions, simulate  # noqa: E402
 from frenzy_core.traces import bundled_traces, load_trace  # noqa: E402
 
@@ -143,6 +144,34 @@ def criteria(summary: dict) -> tuple[list[str], dict]:
     return lines, out
 
 
+def paired(settings, table_runs) -> tuple[list[str], dict]:
+    """Each Frenzy policy against sia seed by seed (seed s of both ran the same workload and model mapping): the
+    mean paired difference of average JCT (h) and GPU-hours with its 95% t-interval, and the seeds won, beside the
+    ratio of means the main table implies."""
+    lines = ["| cluster | workload | policy | avg JCT diff vs sia (h) [95%] | seeds with lower JCT | JCT ratio of means "
+             "| GPU-hours diff vs sia [95%] | seeds with fewer GPU-hours |", "|---|---|---|---|---|---|---|---|"]
+    out: dict = {}
+    for c, w in settings:
+        sia = table_runs[(c, w, "sia")]
+        for p in FRENZY:
+            ms = table_runs[(c, w, p)]
+            j = paired_comparison([x["avg_jct_s"] / 3600 for x in ms], [x["avg_jct_s"] / 3600 for x in sia])
+            g = paired_comparison([x["gpu_hours"] for x in ms], [x["gpu_hours"] for x in sia])
+            lines.append(f"| {c} | {w} | {p} | {j.mean_diff:+.3f} [{j.ci_low:+.3f}, {j.ci_high:+.3f}] | {j.wins}/{j.n} "
+                         f"| {j.ratio_of_means:.3f} | {g.mean_diff:+.1f} [{g.ci_low:+.1f}, {g.ci_high:+.1f}] "
+                         f"| {g.wins}/{g.n} |")
+            out.setdefault(f"{c}/{w}", {})[p] = {
+                "jct_diff_h": round(j.mean_diff, 4), "jct_diff_ci_h": [round(j.ci_low, 4), round(j.ci_high, 4)],
+                "jct_wins": j.wins, "seeds": j.n, "jct_ratio_of_means": round(j.ratio_of_means, 4),
+                "gpu_hours_diff": round(g.mean_diff, 2), "gpu_hours_wins": g.wins}
+    return lines, out
+
+
+# Sections other benches write into docs/results.md between their own markers (bench/fidelity.py, bench/elastic.py):
+# kept, in order, when this bench rewrites the file
+OTHER_SECTIONS = re.compile(r"<!-- (\w+):begin .*?<!-- \1:end -->", re.DOTALL)
+
+
 def main() -> None:
     global TUNING, HELD_OUT, ACCEPT, SEEDS, ACCEPT_SEEDS, EVERY_ROUND_SEEDS, SENS_SEEDS
     quick = "--quick" in sys.argv  # a smoke run of the whole script: one setting per table, 2 seeds, no docs write
@@ -169,6 +198,7 @@ def main() -> None:
     a_lines, a_sum = table("Acceptance: the 2,000-job Philly sample on sia-64 (3 seeds, held out)", (ACCEPT,),
                            main_runs)
     c_lines, c_json = criteria({**t_sum, **h_sum, **a_sum})
+    p_lines, p_json = paired(TUNING + HELD_OUT + (ACCEPT,), main_runs)
 
     # every-round solver vs event-driven rounds: identical JCTs per job?
     equal, compared, solves_ev, solves_every = 0, 0, [], []
@@ -201,7 +231,7 @@ def main() -> None:
 
     wall = time.perf_counter() - t0
     lines = ["# Scheduler simulation results", "",
-             f"Written by `bench/jct.py` on 2026-12-01 ({wall / 60:.1f} min on 2 cores). Mean and 95% Student-t "
+             f"Written by `bench/jct.py` on {time.strftime('%Y-%m-%d')} ({wall / 60:.1f} min on 2 cores). Mean and 95% Student-t "
              "interval over seeds (lower bound clipped at 0). Sia workloads (160 jobs per philly/saturn workload, 960 "
              "per newtrace one) and the bundled 2,000-job Philly sample, mapped to LLM jobs by `workload.map_trace`; "
              "memory and speed from `memory.py` / `perf.py`; see docs/simulation.md for the model and the policies.",
@@ -220,6 +250,11 @@ def main() -> None:
               "Best Frenzy policy = the lowest average JCT among the five Frenzy policies; the 12% test needs a JCT "
               "at least 12% below sia's at no more GPU-hours (when the fastest one uses more GPU-hours, the policies "
               "that meet both parts are named).", ""] + c_lines + [""]
+    lines += ["## Paired per seed against sia", "",
+              "Seed s of every policy ran the same workload file and model mapping, so the seeds pair: the mean of the "
+              "per-seed differences (policy - sia) with its 95% t-interval, and the seeds on which the policy is "
+              "lower, beside the ratio of the means that the tables above imply. A lead that comes from a few slow "
+              "sia seeds shows here as an interval that holds 0 or as few seeds won.", ""] + p_lines + [""]
     notes = REPO / "docs" / "results_notes.md"  # hand-written reading of a run, kept across reruns
     if notes.exists():
         lines += [notes.read_text().rstrip(), ""]
@@ -231,8 +266,10 @@ def main() -> None:
               "bench/sim_throughput.py times it alone).", ""]
     lines += sens + [""]
     if not quick:
-        (REPO / "docs" / "results.md").write_text("\n".join(lines) + "\n")
-    print(json.dumps({"tuning": t_sum, "held_out": h_sum, "acceptance": a_sum, "criteria": c_json,
+        path = REPO / "docs" / "results.md"
+        blocks = [m.group(0) for m in OTHER_SECTIONS.finditer(path.read_text())] if path.exists() else []
+        path.write_text("\n".join(lines + [b + "\n" for b in blocks]) + "\n")
+    print(json.dumps({"tuning": t_sum, "held_out": h_sum, "acceptance": a_sum, "criteria": c_json, "paired": p_json,
                       "sia_every_round_equal_runs": f"{equal}/{compared}",
                       "sia_2000_wall_s": [round(x, 1) for x in sia_2000], "restart_sensitivity_avg_jct_s": sens_json,
                       "bench_wall_s": round(wall, 1)}))

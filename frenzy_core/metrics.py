@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -72,6 +73,53 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95, *,
     lo, hi = stats.t.interval(confidence, df=x.size - 1, loc=m, scale=stats.sem(x))
     lo = max(float(lo), 0.0) if nonnegative else float(lo)
     return (m, lo, float(hi))
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Policy A against policy B on the same units (seeds or workloads), paired: unit i ran both on the same input.
+
+    `mean_diff`, `ci_low`, `ci_high`: the mean of the per-unit differences a_i - b_i and its Student-t interval
+    (NaN bounds with fewer than 2 units, as `mean_ci`); `wins`: units where a_i < b_i (lower is better: JCT,
+    GPU-hours); `ratio_of_means`: mean(a) / mean(b), the figure a table of means implies, beside the paired one.
+    A paired interval that excludes 0 says A and B differ on these units; the ratio of means alone does not (one
+    slow unit of B can make it).
+    """
+    n: int
+    mean_diff: float
+    ci_low: float
+    ci_high: float
+    wins: int
+    ratio_of_means: float
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0, with at least MIN_CI_SEEDS units."""
+        return self.n >= MIN_CI_SEEDS and (self.ci_high < 0.0 or self.ci_low > 0.0)
+
+
+def paired_comparison(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> PairedComparison:
+    """Paired differences of two policies' per-unit values (the same seed or workload at the same index).
+
+    Units where either value is NaN or None are left out of every figure (a run that did not finish is not a win).
+
+    >>> c = paired_comparison([1.0, 2.0, 4.0], [2.0, 2.5, 3.0])  # differences -1, -0.5, +1: mean -1/6
+    >>> round(c.mean_diff, 4), c.wins, round(c.ratio_of_means, 4), c.significant
+    (-0.1667, 2, 0.9333, False)
+    >>> paired_comparison([1.0], [2.0]).ci_low
+    nan
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired_comparison: {len(a)} values against {len(b)}; pair each unit's two runs")
+    pairs = [(float(x), float(y)) for x, y in zip(a, b, strict=True)
+             if x is not None and y is not None and math.isfinite(x) and math.isfinite(y)]
+    if not pairs:
+        return PairedComparison(0, math.nan, math.nan, math.nan, 0, math.nan)
+    xa, xb = np.array(pairs).T
+    mean_diff, low, high = mean_ci(xa - xb, confidence)
+    mean_b = float(xb.mean())
+    ratio = float(xa.mean()) / mean_b if mean_b != 0.0 else math.nan
+    return PairedComparison(len(pairs), mean_diff, low, high, int(np.sum(xa < xb)), ratio)
 
 
 def integral_mean(values: Sequence[float]) -> float | int:

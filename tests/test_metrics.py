@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from frenzy_core import metrics
 from frenzy_core.metrics import average_utilisation, busy_gpu_seconds, integral_mean, jct_stats, mean_ci
 
 
@@ -103,3 +105,41 @@ def test_utilisation_window_starts_at_time_zero_not_at_the_first_event():
     # 4 of 8 GPUs busy from t = 5 s to 10 s, nothing before: 20 busy GPU-seconds over 8 GPUs x 10 s = 0.25
     assert busy_gpu_seconds(np.array([5.0]), np.array([4]), 10.0) == 20.0
     assert average_utilisation(np.array([5.0]), np.array([4]), 8, 10.0) == pytest.approx(0.25)
+
+
+def test_paired_comparison_interval_is_scipys_paired_t_test_interval():
+    # another implementation: scipy's paired t-test reports the interval of the mean difference a - b
+    a = [0.61, 0.55, 0.70, 0.52, 0.66]
+    b = [0.64, 0.60, 0.69, 0.58, 0.71]
+    c = metrics.paired_comparison(a, b)
+    want = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert c.n == 5
+    assert c.mean_diff == pytest.approx(-0.036)  # (-0.03 - 0.05 + 0.01 - 0.06 - 0.05) / 5 by hand
+    assert (c.ci_low, c.ci_high) == pytest.approx((want.low, want.high))
+    assert c.wins == 4  # every seed but the third (0.70 > 0.69)
+    assert c.ratio_of_means == pytest.approx(3.04 / 3.22)
+
+
+def test_paired_comparison_can_differ_from_the_ratio_of_means():
+    # B has one slow seed: the ratio of means says A is 30% better, yet A wins 1 of 4 seeds and the paired interval
+    # holds 0 (the case the issue names: a lead that comes from two slow seeds of the other policy)
+    a = [1.0, 1.0, 1.0, 1.0]
+    b = [0.9, 0.9, 0.9, 3.0]
+    c = metrics.paired_comparison(a, b)
+    assert c.wins == 1
+    assert c.ratio_of_means == pytest.approx(4.0 / 5.7)
+    assert c.ci_low < 0.0 < c.ci_high and not c.significant
+
+
+def test_paired_comparison_is_significant_only_when_the_interval_excludes_zero_with_enough_units():
+    # a constant difference of -0.1 on 3 seeds: zero-width interval at -0.1, significant
+    assert metrics.paired_comparison([0.9, 1.9, 2.9], [1.0, 2.0, 3.0]).significant
+    # the same on 2 seeds: below MIN_CI_SEEDS, never called significant
+    assert not metrics.paired_comparison([0.9, 1.9], [1.0, 2.0]).significant
+
+
+def test_paired_comparison_leaves_out_units_where_either_run_is_missing():
+    c = metrics.paired_comparison([1.0, float("nan"), 2.0, None], [2.0, 1.0, 1.0, 5.0])
+    assert c.n == 2 and c.wins == 1 and c.mean_diff == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="pair each unit"):
+        metrics.paired_comparison([1.0, 2.0], [1.0])
