@@ -13,6 +13,9 @@ what each policy uses. Runs are pure functions of their inputs and go to a 2-pro
 Also: sia with the every-round solver (`sia_every_round=True`) on the tuning settings (seed 0) to check that the
 event-driven rounds give the same schedules; and the restart-cost sensitivity of the preempting policies (flat 30 s,
 flat 120 s, model-aware) on the tuning settings (3 seeds).
+`--size-noise SIGMA`: the size-aware policies (frenzy-eft, frenzy-srpt, re-planning) see each job's token budget
+times a lognormal error exp(SIGMA z) (`workload.with_size_noise`); the runs still train the true budgets. Such a run
+prints its tables and JSON and rewrites docs/results.md only with `--write-docs`.
 Last line: JSON with per setting the average JCT (s), GPU-hours and restarts per policy, and the issue's criteria.
 """
 
@@ -35,12 +38,30 @@ from frenzy_core.cluster import load_cluster  # noqa: E402
 from frenzy_core.metrics import mean_ci, paired_comparison  # noqa: E402
 from frenzy_core.simulate import RestartModel, SimOptions, simulate  # noqa: E402
 from frenzy_core.traces import bundled_traces, load_trace  # noqa: E402
+from frenzy_core.workload import map_trace, with_size_noise  # noqa: E402
 
 WORKLOADS = REPO.parent / "shared" / "traces" / "sia-sosp23" / "workloads"
 TUNING = (("sia-64", "philly"), ("sia-64", "saturn"), ("modern-mixed", "saturn"))
 HELD_OUT = (("sia-64", "newtrace"), ("modern-mixed", "philly"))
 ACCEPT = ("sia-64", "philly-2000")
 SEEDS, ACCEPT_SEEDS, EVERY_ROUND_SEEDS, SENS_SEEDS = 10, 3, 1, 3
+
+
+def _size_noise(argv) -> float:
+    """--size-noise SIGMA: the lognormal sigma of the job-size error the size-aware policies see (0: exact)."""
+    if "--size-noise" not in argv:
+        return 0.0
+    i = argv.index("--size-noise")
+    if i + 1 >= len(argv):
+        raise SystemExit("--size-noise needs a value, e.g. --size-noise 0.5 (the lognormal sigma; 0 = exact sizes)")
+    try:
+        return float(argv[i + 1])
+    except ValueError:
+        raise SystemExit(f"--size-noise: {argv[i + 1]!r} is not a number; give the lognormal sigma, e.g. 0.5") from None
+
+
+# read at import so the pool's workers (which import this module) see it too
+SIZE_NOISE = _size_noise(sys.argv)
 POLICIES = ("frenzy", "frenzy-share", "frenzy-eft", "frenzy-srpt", "frenzy-las", "sia", "fcfs")
 FRENZY = ("frenzy", "frenzy-share", "frenzy-eft", "frenzy-srpt", "frenzy-las")
 # What each policy uses to decide. "predicted" = MARP memory + the performance model; in this simulator the run time
@@ -50,7 +71,7 @@ KNOWS = {
     "frenzy-share": "predicted speed and memory; no size",
     "frenzy-eft": "predicted size (run times of queued and running jobs)",
     "frenzy-srpt": "predicted size (remaining GPU-time); preempts",
-    "frenzy-las": "none: attained GPU-time only; preempts",
+    "frenzy-las": "no size for its order (attained GPU-time); a re-plan weighs the predicted time left; preempts",
     "sia": "predicted speed (normalised throughput); no size; preempts",
     "fcfs": "none: the user's GPU count",
 }
@@ -78,7 +99,10 @@ def run(args):
         opts = replace(opts, sia_every_round=True)
     elif variant is not None:
         opts = replace(opts, restart=RESTARTS[variant])
-    r = simulate(_trace(wl, seed), cluster, policy, seed=seed, options=opts)
+    trace = _trace(wl, seed)
+    if SIZE_NOISE:  # the size-aware policies see each job's size with a lognormal error (the runs train the truth)
+        trace = with_size_noise(map_trace(trace, cluster, seed), SIZE_NOISE, seed)
+    r = simulate(trace, cluster, policy, seed=seed, options=opts)
     m = r.metrics()
     out = {k: m[k] for k in KEYS}
     out["wall_s"] = r.wall_s
@@ -175,6 +199,8 @@ OTHER_SECTIONS = re.compile(r"<!-- (\w+):begin .*?<!-- \1:end -->", re.DOTALL)
 def main() -> None:
     global TUNING, HELD_OUT, ACCEPT, SEEDS, ACCEPT_SEEDS, EVERY_ROUND_SEEDS, SENS_SEEDS
     quick = "--quick" in sys.argv  # a smoke run of the whole script: one setting per table, 2 seeds, no docs write
+    # a noisy-size run reports; it rewrites docs/results.md only when asked (--write-docs)
+    write_docs = not quick and (not SIZE_NOISE or "--write-docs" in sys.argv)
     if quick:
         TUNING, HELD_OUT, ACCEPT = TUNING[:1], HELD_OUT[1:], ("sia-64", "saturn")
         SEEDS = ACCEPT_SEEDS = EVERY_ROUND_SEEDS = SENS_SEEDS = 2
@@ -231,7 +257,8 @@ def main() -> None:
 
     wall = time.perf_counter() - t0
     lines = ["# Scheduler simulation results", "",
-             f"Written by `bench/jct.py` on {time.strftime('%Y-%m-%d')} ({wall / 60:.1f} min on 2 cores). Mean and 95% Student-t "
+             f"Written by `bench/jct.py` on {time.strftime('%Y-%m-%d')} ({wall / 60:.1f} min on 2 cores"
+             f"{f'; job sizes seen with lognormal noise sigma {SIZE_NOISE:g}' if SIZE_NOISE else ''}). Mean and 95% Student-t "
              "interval over seeds (lower bound clipped at 0). Sia workloads (160 jobs per philly/saturn workload, 960 "
              "per newtrace one) and the bundled 2,000-job Philly sample, mapped to LLM jobs by `workload.map_trace`; "
              "memory and speed from `memory.py` / `perf.py`; see docs/simulation.md for the model and the policies.",
@@ -265,11 +292,11 @@ def main() -> None:
               f"{', '.join(f'{x:.1f}' for x in sia_2000)} s per seed (wall, in this bench's pool; "
               "bench/sim_throughput.py times it alone).", ""]
     lines += sens + [""]
-    if not quick:
+    if write_docs:
         path = REPO / "docs" / "results.md"
         blocks = [m.group(0) for m in OTHER_SECTIONS.finditer(path.read_text())] if path.exists() else []
         path.write_text("\n".join(lines + [b + "\n" for b in blocks]) + "\n")
-    print(json.dumps({"tuning": t_sum, "held_out": h_sum, "acceptance": a_sum, "criteria": c_json, "paired": p_json,
+    print(json.dumps({"size_noise_sigma": SIZE_NOISE, "tuning": t_sum, "held_out": h_sum, "acceptance": a_sum, "criteria": c_json, "paired": p_json,
                       "sia_every_round_equal_runs": f"{equal}/{compared}",
                       "sia_2000_wall_s": [round(x, 1) for x in sia_2000], "restart_sensitivity_avg_jct_s": sens_json,
                       "bench_wall_s": round(wall, 1)}))

@@ -70,6 +70,7 @@ MAX_SEEDS = 1000  # seeds of one CLI run (a 95% CI is tight at 10)
 MAX_JOB_GPUS = MAX_TOTAL_GPUS  # GPUs of one trace job: no more than a cluster may have
 MAX_TRACE_NUMBER = 1e15  # any number in a trace row (GPUs, seconds, tokens are checked against their own limits)
 MAX_DURATION_S = 10 * 365 * 86400.0  # a job of ten years is a data error
+MAX_SIZE_NOISE_SIGMA = 3.0  # lognormal sigma of a size-aware policy's job-size error: 3 is a factor of 20 at one sigma
 MAX_ROUNDS = 2_000_000  # a round-engine run that has not finished after this many rounds is an error, not a loop
 
 # dates a trace timestamp may hold (UTC, end exclusive): from the Unix epoch, which epoch-second traces cannot

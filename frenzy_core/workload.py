@@ -89,10 +89,18 @@ class LLMJob:
     trace_gpus: int  # the user's GPU count (fcfs and sia start from it; frenzy ignores it)
     trace_duration_s: float  # the trace's run time on the original allocation
     original_gpu_type: str  # the type the token budget was calibrated on
+    # the token budget a size-aware policy believes (frenzy-srpt, frenzy-eft, re-planning); None = the true one.
+    # Only `with_size_noise` sets it: the run itself always trains `tokens`
+    believed_tokens: float | None = None
 
     @property
     def spec(self) -> ModelSpec:
         return ZOO[self.model]
+
+    @property
+    def known_tokens(self) -> float:
+        """The job size the policies may use: the believed budget when one was drawn, else the true one."""
+        return self.tokens if self.believed_tokens is None else self.believed_tokens
 
 
 @dataclass(frozen=True)
@@ -499,3 +507,35 @@ def job_classes(jobs: Iterable[LLMJob]) -> dict[tuple[str, TrainingSpec], int]:
     for j in jobs:
         out.setdefault((j.model, j.training), len(out))
     return out
+
+
+# Size-noise draws come from their own stream: a seed's model mapping is the same with and without noise
+SIZE_NOISE_STREAM = 0x51_2E
+
+
+def with_size_noise(workload: Workload, sigma: float, seed: int) -> Workload:
+    """The same workload, with each job's size as a size-aware policy would believe it: believed tokens = tokens x
+    exp(sigma x z), z ~ N(0, 1) drawn per job in job order from (seed, SIZE_NOISE_STREAM). A lognormal error with
+    median 1, so a job is as likely to be believed twice as long as half as long (user-given run-time estimates are
+    off by such factors: Tsafrir et al. 2007, "Backfilling using system-generated predictions rather than user
+    runtime estimates", IEEE TPDS 18(6)). sigma = 0 returns the workload unchanged; the runs still train the true
+    tokens, so only the decisions change.
+
+    >>> w = Workload(jobs=(LLMJob("a", 0.0, "gpt2", TrainingSpec(), 1e9, 1, 60.0, "T4"),), source="x", seed=0,
+    ...              reference_gpu="T4")
+    >>> with_size_noise(w, 0.0, 0) is w, with_size_noise(w, 0.5, 0).jobs[0].tokens
+    (True, 1000000000.0)
+    """
+    from dataclasses import replace
+
+    from frenzy_core.limits import MAX_SIZE_NOISE_SIGMA
+
+    if not (isinstance(sigma, int | float) and math.isfinite(sigma) and 0.0 <= sigma <= MAX_SIZE_NOISE_SIGMA):
+        raise SpecError("size_noise", f"must be a number in [0, {MAX_SIZE_NOISE_SIGMA:g}] (the lognormal sigma of "
+                                      f"the size error; 0 = exact sizes), got {short_repr(sigma)}")
+    if sigma == 0.0:
+        return workload
+    z = np.random.default_rng([int(seed), SIZE_NOISE_STREAM]).standard_normal(len(workload.jobs))
+    jobs = tuple(replace(j, believed_tokens=float(j.tokens * math.exp(sigma * zi)))
+                 for j, zi in zip(workload.jobs, z, strict=True))
+    return replace(workload, jobs=jobs)

@@ -13,6 +13,7 @@ from frenzy_core.policies.base import JobStatus, PolicyContext, ReadOnlyList, Sc
 from frenzy_core.policies.sia import solve_allocation
 from frenzy_core.simulate import SimOptions, simulate
 from frenzy_core.traces import TraceJob
+from frenzy_core.training import TrainingSpec
 from frenzy_core.workload import AnalyticEstimator, PlanTable, job_classes, map_trace
 
 CLUSTER = parse_cluster_yaml("""
@@ -389,3 +390,39 @@ def test_preemptive_frenzy_grows_a_job_when_the_others_finish():
     for policy in ("frenzy-srpt", "frenzy-las"):
         r = simulate(jobs, ONE_NODE, policy, options=SimOptions(estimator=AnalyticEstimator()))
         assert list(r.jobs["restarts"]) == [1, 0] and r.jobs["num_gpus"][0] == 4, policy
+
+
+def test_frenzy_srpt_decides_on_the_believed_size_not_the_true_one():
+    """The same L-then-S case as above, but S is believed 1000x longer than it is (a size error): S's believed
+    remaining service (1000 x 10 min on 1 GPU = 167 GPU-h) now exceeds L's (10 h on 4 GPUs less 1000 s = 38.9 GPU-h),
+    so S no longer preempts L and waits for it; the run still trains S's true budget."""
+    from dataclasses import replace
+
+    jobs = [TraceJob("L", 0.0, 4, 36000.0), TraceJob("S", 1000.0, 1, 600.0)]
+    opts = SimOptions(estimator=AnalyticEstimator())
+    w = map_trace(jobs, ONE_NODE, 0, estimator=opts.estimator)
+    s = w.jobs[1]
+    believed = replace(w, jobs=(w.jobs[0], replace(s, believed_tokens=1000.0 * s.tokens)))
+    exact = simulate(w, ONE_NODE, "frenzy-srpt", options=opts)
+    noisy = simulate(believed, ONE_NODE, "frenzy-srpt", options=opts)
+    assert exact.jobs["start_s"][1] == 1000.0 and list(exact.jobs["restarts"]) == [1, 0]
+    assert list(noisy.jobs["restarts"]) == [0, 0]
+    assert noisy.jobs["start_s"][1] == pytest.approx(noisy.jobs["finish_s"][0])  # S waited for L to end
+    assert noisy.jobs["tokens"][1] == s.tokens  # trained the true budget
+
+
+def test_believed_end_of_a_run_scales_its_training_time_by_believed_over_true_tokens_left():
+    from frenzy_core.workload import LLMJob
+
+    job = LLMJob("x", 0.0, "gpt2", TrainingSpec(), 1000.0, 1, 60.0, "T4", believed_tokens=1500.0)
+    st = JobStatus(0, job, 0)
+    st.done_fraction, st.run_start_s, st.startup_s, st.run_end_s = 0.5, 100.0, 20.0, 620.0
+    # 500 s of training for the true 500 tokens left; believed left 1500 - 500 = 1000 tokens: 1000 s, ends at 1120 s
+    assert st.believed_left_share(0.5) == pytest.approx(1.0)
+    assert st.believed_end_s() == pytest.approx(100.0 + 20.0 + 1000.0)
+    # an under-estimate: believed 400 tokens, 500 already trained -> nothing believed left, the run "ends" now
+    st.job = LLMJob("x", 0.0, "gpt2", TrainingSpec(), 1000.0, 1, 60.0, "T4", believed_tokens=400.0)
+    assert st.believed_left_share(0.5) == 0.0 and st.believed_end_s() == pytest.approx(120.0)
+    # no size noise: exactly the simulator's own end
+    st.job = LLMJob("x", 0.0, "gpt2", TrainingSpec(), 1000.0, 1, 60.0, "T4")
+    assert st.believed_end_s() == 620.0 and st.believed_left_share(0.25) == 0.75

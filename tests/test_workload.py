@@ -237,3 +237,25 @@ def test_plan_table_and_rank_plans_break_a_speed_tie_the_same_way_by_memory():
     mine = table.best(model, training, "A100-80GB", 1, tune_micro_batch=True)
     ranked = rank_plans(model, training, cluster, objective="time", scaling_floor=0.0).top(1)[0]
     assert (mine.micro_batch, mine.memory_bytes) == (ranked.micro_batch, ranked.memory_bytes)
+
+
+def test_size_noise_is_lognormal_with_median_one_and_leaves_the_true_budget(tiny_cluster):
+    import math
+
+    import numpy as np
+
+    from frenzy_core.workload import with_size_noise
+
+    est = AnalyticEstimator()
+    w = map_trace(JOBS * 200, tiny_cluster, seed=0, estimator=est)  # 2,000 jobs
+    noisy = with_size_noise(w, 0.5, seed=7)
+    assert [j.tokens for j in noisy.jobs] == [j.tokens for j in w.jobs]
+    assert [j.model for j in noisy.jobs] == [j.model for j in w.jobs]
+    logs = np.log([j.known_tokens / j.tokens for j in noisy.jobs])
+    # N(0, 0.5) over 2,000 draws: the mean within 4 standard errors (4 x 0.5 / sqrt(2000) = 0.045), sd within 8%
+    assert abs(logs.mean()) < 0.045 and logs.std() == pytest.approx(0.5, rel=0.08)
+    assert with_size_noise(w, 0.5, seed=7) == noisy and with_size_noise(w, 0.5, seed=8) != noisy
+    assert with_size_noise(w, 0.0, seed=7) is w and all(j.known_tokens == j.tokens for j in w.jobs)
+    for bad in (-0.1, math.nan, 3.5, "1"):
+        with pytest.raises(SpecError, match=r"size_noise.*\[0, 3\]"):
+            with_size_noise(w, bad, seed=0)

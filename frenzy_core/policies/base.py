@@ -80,6 +80,24 @@ class JobStatus:
         # try plans predicted to need less (SimOptions.oom_truth)
         self.oom_memory_bytes: int | None = None
 
+    def believed_left_share(self, done_fraction: float) -> float:
+        """Share of the true token budget a size-aware policy believes is left once `done_fraction` of it is
+        trained: 1 - done_fraction, or with size noise (`workload.with_size_noise`) believed / true tokens less what
+        was trained, never below 0 (an under-estimated job looks done)."""
+        if self.job.believed_tokens is None:
+            return 1.0 - done_fraction
+        return max(self.job.believed_tokens / self.job.tokens - done_fraction, 0.0)
+
+    def believed_end_s(self) -> float:
+        """The current run's end as a size-aware policy predicts it: `run_end_s`, or with size noise its training
+        time (less the start-up) scaled by the believed over the true share left at its start."""
+        if self.job.believed_tokens is None:
+            return self.run_end_s
+        train_s = self.run_end_s - self.run_start_s - self.startup_s
+        true_left = 1.0 - self.done_fraction
+        scale = self.believed_left_share(self.done_fraction) / true_left if true_left > 0 else 0.0
+        return self.run_start_s + self.startup_s + train_s * scale
+
     def attained_gpu_s(self, now_s: float) -> float:
         """GPU-seconds of service received so far (Tiresias's attained service), the current run included."""
         done = sum(self.gpu_seconds.values())

@@ -56,7 +56,7 @@ class _Releases:
         jobs = view.jobs
         for j in view.running:
             st = jobs[j]
-            self.ends[type_pos[st.plan.gpu_type]].append((st.run_end_s, st.plan.num_gpus))
+            self.ends[type_pos[st.plan.gpu_type]].append((st.believed_end_s(), st.plan.num_gpus))
         for e in self.ends:
             e.sort()
         self._times: list[list[float] | None] = [None] * len(type_pos)
@@ -112,7 +112,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
 
     def _run_s(self, st, plan) -> float:
         """Predicted run time of this plan for what is left of the job (what the simulator will charge)."""
-        left = 1.0 - st.done_fraction
+        left = st.believed_left_share(st.done_fraction)
         extra = self.ctx.options.restart.cost_s(st.job) if st.done_fraction > 0 else 0.0
         return st.job.tokens / plan.tokens_per_s * left + extra
 

@@ -81,7 +81,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
         now = view.now_s
         if now - st.run_start_s < self.ctx.options.preempt_min_run_s:
             return False
-        return st.run_end_s - now > self.ctx.options.restart.cost_s(st.job)
+        return st.believed_end_s() - now > self.ctx.options.restart.cost_s(st.job)
 
     # --- the decision --------------------------------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> list[Decision]:
@@ -167,8 +167,8 @@ class PreemptiveFrenzy(FrenzySharePolicy):
         now = view.now_s
         if now - st.run_start_s < opts.preempt_min_run_s:
             return None
-        left = 1.0 - self.done_now(view, st)
-        current = st.run_end_s - now
+        left = st.believed_left_share(self.done_now(view, st))
+        current = st.believed_end_s() - now
         restart = opts.restart.cost_s(st.job)
         bar = (1.0 - opts.replan_min_gain) * current
         own_t = view.index.type_pos(st.plan.gpu_type)

@@ -38,7 +38,7 @@ class FrenzySrptPolicy(PreemptiveFrenzy):
 
     def priority(self, view: SchedulerView, st) -> float:
         """Predicted remaining GPU-seconds at the job's most efficient plan."""
-        return (1.0 - self.done_now(view, st)) * st.job.tokens * self.gpu_s_per_token(st)
+        return st.believed_left_share(self.done_now(view, st)) * st.job.tokens * self.gpu_s_per_token(st)
 
     def outranks(self, winner: float, victim: float) -> bool:
         return victim > winner * (1.0 + self.ctx.options.replan_min_gain)
