@@ -13,11 +13,15 @@ Flag and key names were checked against each project's source (read 2026-12-01):
   at 307dcf37; at d98e8a64 the same flags come from `megatron/training/config/training_config.py`'s dataclasses):
   --tensor-model-parallel-size, --pipeline-model-parallel-size, --micro-batch-size, --global-batch-size,
   --seq-length, --recompute-granularity {full,selective}, --recompute-method {uniform,block}, --recompute-num-layers,
-  --use-distributed-optimizer, --sequence-parallel, --group-query-attention, --num-query-groups,
-  --num-layers-per-virtual-pipeline-stage, and for uneven stages --decoder-first-pipeline-num-layers /
-  --decoder-last-pipeline-num-layers with --num-virtual-stages-per-pipeline-rank (`validate_args` at 000c4ac2
-  asserts "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when
-  enable uneven pipeline parallelism" where the layers-per-virtual-stage flag meets uneven stages); the run's own
+  --use-distributed-optimizer, --sequence-parallel, --group-query-attention, --num-query-groups, --kv-channels,
+  --add-qkv-bias, --fp8-format {e4m3,hybrid}, --multi-latent-attention with --q-lora-rank, --kv-lora-rank,
+  --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim (at core_v0.16.1, 55ac7082, most flags are made from
+  megatron-core's TransformerConfig fields by `ArgumentGroupFactory`; tests/test_export_validators.py builds that
+  TransformerConfig from each export), --num-layers-per-virtual-pipeline-stage, and for uneven stages
+  --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers with
+  --num-virtual-stages-per-pipeline-rank (`validate_args` at 000c4ac2 asserts "please use
+  --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when enable uneven pipeline
+  parallelism" where the layers-per-virtual-stage flag meets uneven stages); the run's own
   --data-path (a .bin/.idx prefix), --split, --tokenizer-type (HuggingFaceTokenizer, ...), --tokenizer-model, --lr,
   --min-lr, --lr-decay-style {constant,linear,cosine,...}, --lr-warmup-iters, --save, --load, --save-interval;
   `megatron/core/recompute.py` (d98e8a64): `uniform` checkpoints the input of every chunk of recompute_num_layers
@@ -191,6 +195,12 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
             "--num-attention-heads", model.num_heads, "--train-iters", train_iters(training, tokens)]
     if model.kv_heads != model.num_heads:
         args += ["--group-query-attention", "--num-query-groups", model.kv_heads]
+    if model.is_mla:  # DeepSeek's latent attention: MLATransformerConfig, its widths from arguments.py _add_mla_args
+        args += ["--multi-latent-attention", *(["--q-lora-rank", model.q_lora_rank] if model.q_lora_rank else []),
+                 "--kv-lora-rank", model.kv_lora_rank, "--qk-head-dim", model.qk_nope_head_dim,
+                 "--qk-pos-emb-head-dim", model.qk_rope_head_dim, "--v-head-dim", model.v_head_dim]
+    elif model.head_dim != model.hidden_size // model.num_heads:  # Gemma, Qwen3: TransformerConfig's default is h / a
+        args += ["--kv-channels", model.head_dim]
     if model.mlp_kind == "swiglu":
         args += ["--swiglu"]
     if model.norm_kind == "rmsnorm":
@@ -201,8 +211,12 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
         args += ["--untie-embeddings-and-output-weights"]
     if not model.bias:
         args += ["--disable-bias-linear"]
+        if model.has_qkv_bias:  # Qwen2: biases on q, k, v only (with linear biases Megatron adds them itself)
+            args += ["--add-qkv-bias"]
     if training.precision in ("bf16-master", "amp"):
         args += ["--bf16"]
+    if training.fp8_linears:  # Transformer Engine fp8 linears: e4m3 weights and activations, e5m2 gradients
+        args += ["--fp8-format", "hybrid"]
     if training.recompute == "full":
         args += ["--recompute-granularity", "full", *megatron_recompute_layers(model, training, plan)]
     elif training.recompute == "selective":
