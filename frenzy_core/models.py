@@ -640,7 +640,9 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
                 field = "mlp_only_layers" if config.get("mlp_only_layers") else "decoder_sparse_step"
                 raise SpecError(field, "only every-layer MoE is supported (mlp_only_layers [] and "
                                 "decoder_sparse_step 1); give the model as a --spec file")
-            fields.update(num_experts=need("num_experts"), moe_top_k=need("num_experts_per_tok"),
+            # transformers 5 writes Qwen3MoeConfig's expert count as num_local_experts (4.x and the Hub's files:
+            # num_experts); either is read
+            fields.update(num_experts=need("num_experts", "num_local_experts"), moe_top_k=need("num_experts_per_tok"),
                           expert_ffn_size=need("moe_intermediate_size"))
         if mtype in ("deepseek_v2", "deepseek_v3"):
             if "q_lora_rank" not in config:

@@ -407,3 +407,16 @@ def test_a_rotary_model_past_its_trained_context_gets_a_warning_naming_both_leng
     assert beyond_trained_positions(ZOO["llama-2-7b"], 4096) is None  # exactly the trained length: fine
     assert beyond_trained_positions(ZOO["llama-3.1-8b"], 65536) is None  # trained to 131,072
     assert beyond_trained_positions(ZOO["gpt2"], 4096) is None  # learned table: refused elsewhere, not warned
+
+
+def test_a_qwen3_moe_config_json_as_transformers_5_writes_it_is_read():
+    """transformers 5's Qwen3MoeConfig.to_dict() names the expert count num_local_experts (4.x: num_experts); the
+    config.json it writes must give the same model as the Hub's file."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen3MoeConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_experts=8,
+                                      num_experts_per_tok=2, vocab_size=1000).to_dict()
+    spec = model_from_hf_config(cfg, name="tiny-qwen3-moe")
+    assert (spec.num_experts, spec.moe_top_k, spec.expert_ffn) == (8, 2, 32)
+    hub = {k: v for k, v in cfg.items() if k != "num_local_experts"} | {"num_experts": 8}
+    assert model_from_hf_config(hub, name="tiny-qwen3-moe") == spec
