@@ -17,7 +17,7 @@ Split, fixed in the data before anything was fitted: held_out = sha256(id) % 3 !
 catalog constants were taken from (`calibration_source`: llm-foundry), which are never held out. Rows held neither
 way ("fit" rows) are the pool a later calibration may use. Errors are signed, predicted / measured - 1.
 
-Rows the planner cannot express are listed with the reason (flagged in the data: uneven pipeline stages, LoRA, hybrid
+Rows the planner cannot express are listed with the reason (flagged in the data: uneven pipeline stages, hybrid
 Mamba, unpublished micro-batch/vp; or found here: GPU type not in the catalog, a split check_parallelism rejects).
 Mappings that are assumptions (not in the publication) are counted per row and listed in the data's `notes`.
 The LAST LINE printed is one JSON object with the headline figures; units are in the key names.
@@ -119,6 +119,8 @@ def build_training(row: dict, model: ModelSpec) -> tuple[TrainingSpec, list[str]
         sequence_parallel=bool(sp), attention="flash", framework=FRAMEWORKS[row["framework"]],
         fp8_linears=row["precision"] == "fp8", compile=bool(row["compile"]),
         tp_comm_overlap=tp_comm_overlap(row),
+        # LoRA rows: the adapters' rank and target linears (the row's notes cite the framework defaults they ran with)
+        lora_rank=row["lora_rank"] or 0, lora_targets=row.get("lora_targets") or "all-linear",
     )
     return training, assumed
 

@@ -15,6 +15,9 @@ per-layer parameter count (biases, norms, GQA, SwiGLU, top-k MoE experts) in pla
 per query (eager attention); flash attention's causal kernel computes half (`attended_keys`, CAUSAL_KEYS_FRACTION, as
 Megatron's num_floating_point_operations counts), and full recomputation with recompute_every = k replays only the
 checkpointed ceil(l / k) layers; torchtitan's per-op SAC replays every second matmul (OP_SAC_RECOMPUTED_MM_FRACTION).
+Under LoRA / QLoRA (lora_rank > 0) the base is frozen: its linears (and the LM head) run forward and input gradient,
+4 FLOPs per weight, not the weight gradient (WEIGHT_GRAD_FLOPS_PER_PARAM_TOKEN); the adapters add 6 x r x (in + out)
+per targeted linear (Hu et al. 2021, arXiv 2106.09685). MFU's model FLOPs keep that executed count (NeMo's convention).
 
 Time per step on N = d x t x p x cp GPUs of one type (all terms per GPU, on the critical path; communication the
 framework overlaps with compute is split into exposed and overlapped seconds, `comm_overlaps`).
@@ -22,8 +25,15 @@ The pipeline runs at the pace of its slowest stage: the per-stage terms are thos
 uneven first / last stages' own counts, `Parallelism.first_stage_layers`; the LM head on the last) take longest:
 
     compute_s   = linear GEMMs / (d t cp x peak(fp8 under fp8_linears, else bf16) x eff)
-                + (attention core + norms + LM head) / (d t cp x bf16 peak x eff)
-                  (the attention core as flash attention runs it: a 2.5x-forward backward, FLASH_BACKWARD_FORWARDS)
+                + (norms + LM head) / (d t cp x bf16 peak x eff)
+                + attention core / d t cp, as its fused kernel runs it (`attention_kernel_tflops`): the forward passes
+                  at the kernel's measured forward TFLOP/s, the backward (2.5 forwards: FLASH_BACKWARD_FORWARDS) at
+                  its backward TFLOP/s, both at seq_len / cp, for the stack's kernel on that GPU
+                  (`Framework.attention_kernel`: FlashAttention-2 under PyTorch SDPA, cuDNN fused attention under
+                  Megatron / Transformer Engine on Hopper; FA2 arXiv 2307.08691 Fig. 4, FA3 arXiv 2407.08608
+                  Figs. 5-6); at bf16 peak x eff where no figure is published (ATTENTION_KERNEL_COMPUTE_CAPABILITY:
+                  Blackwell, Ada, Volta, AMD ...), for eager or fp32 attention, or when the caller gives `mfu`
+                + LoRA's adapters: rank-r GEMMs at their roofline share (`expert_gemm_roofline_fraction`)
                 + fp8 quantisation of the linears' activations and output gradients, memory-bound
                   (FP8_CAST_BYTES_PER_ELEMENT x `fp8_cast_elements_per_token` / HBM bandwidth)
                   eff: the type's measured hardware efficiency (`GPUType.efficiency`: HFU, recompute included)
@@ -40,10 +50,12 @@ uneven first / last stages' own counts, `Parallelism.first_stage_layers`; the LM
                   (unoverlapped: Megatron's --overlap-moe-expert-parallel-comm and DeepEP are not modelled)
     cp_comm_s   = context parallelism's ring: each layer passes K and V chunks (and dK, dV in backward) cp - 1 hops
     dp_comm_s   = ring all-reduce of one shard's gradients over the slowest link the plan spans (routed experts
-                  over the d / ep ranks that hold the same experts), on the stage with the most parameters;
+                  over the d / ep ranks that hold the same experts), on the stage with the most parameters (LoRA:
+                  the adapters' only; under ZeRO-3 / FSDP + the frozen base's forward and backward all-gathers);
                   overlapped: exposed = unhideable + max(0, traffic - unhideable - window) (Megatron: one bucket,
                   the last micro-batch's backward / first forward; FSDP / ZeRO-3: one layer, the whole step)
-    optimizer_s = the optimizer's memory-bound sweep over that stage's shard of parameters, gradients and states
+    optimizer_s = the optimizer's memory-bound sweep over that stage's shard of trainable parameters, gradients and
+                  states
 
     overhead_s  = the type's measured fixed per-step cost (`step_overhead_s`)
 
@@ -60,6 +72,7 @@ import numpy as np
 
 from frenzy_core.frameworks import get as get_framework
 from frenzy_core.gpus import GPUType
+from frenzy_core.memory import lora_head_parameters, lora_parameters
 from frenzy_core.models import ModelSpec
 from frenzy_core.training import (
     OPTIMIZER_STATE_BYTES,
@@ -150,6 +163,68 @@ FP8_OPERAND_BYTES = 1
 # their own. Weights are cast once per step (TE caches them across micro-batches, `is_first_microbatch`): left out.
 FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1
 
+# --- the attention kernel's own throughput ---------------------------------------------------------------------------
+# Flash attention's fused kernel does not reach the GEMMs' fraction of peak, and how far it gets depends on whose
+# kernel runs on which GPU: FlashAttention-2 "achiev[es] only 35% utilization on the H100" against "80-90%" for
+# GEMMs, cuDNN's and FlashAttention-3's Hopper kernels far more (Shah et al. 2024, FlashAttention-3, arXiv
+# 2407.08608v2, abstract and Sec. 1). So the attention core is timed at the kernel's measured TFLOP/s, forward and
+# backward apart, by sequence length. Every figure: bf16/fp16, head dim 128, causal, batch x seqlen = 16k tokens,
+# hidden 2048 (16 heads), TFLOP/s counted as 4 seqlen^2 x head dim x heads / 2 forward, x 2.5 backward (FA3 Sec.
+# 4.1 "Benchmark settings"; FA2 arXiv 2307.08691 Sec. 4.1 the same) -- the FLOPs perf.py counts
+# (CAUSAL_KEYS_FRACTION, FLASH_BACKWARD_FORWARDS). Lengths between the benchmarked ones are interpolated in
+# log2(seqlen), lengths outside them take the nearest measured figure.
+ATTENTION_KERNEL_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
+# H100 80GB SXM5, FlashAttention-3 paper arXiv 2407.08608v2, the bar labels of Fig. 5(c) "Forward, without causal
+# mask, head dim 128", Fig. 5(d) "Forward, with causal mask, head dim 128" (Fig. 5 is Dao-AILab/flash-attention
+# @0251105a assets/flash3_fp16_fwd.png) and Fig. 6(b) "Backward, without causal mask, head dim 128", TFLOP/s:
+H100_FWD_NONCAUSAL_TFLOPS = {"flash-attn-2": (309, 350, 362, 368, 370, 370), "cudnn": (497, 574, 617, 609, 600, 595)}
+H100_FWD_CAUSAL_TFLOPS = {"flash-attn-2": (191, 260, 298, 319, 333, 335), "cudnn": (315, 410, 484, 518, 529, 539)}
+H100_BWD_NONCAUSAL_TFLOPS = {"flash-attn-2": (214, 260, 291, 310, 318, 322), "cudnn": (305, 408, 465, 499, 518, 516)}
+# A100 80GB SXM4, FlashAttention-2 paper arXiv 2307.08691 Fig. 4(d) "With causal mask, head dimension 128",
+# forward + backward together (3.5 forwards of FLOPs), FlashAttention-2's bars (Dao-AILab/flash-attention@0251105a
+# assets/flash2_a100_fwd_bwd_benchmark.png, panel (d)); its separate forward / backward figures (Figs. 5, 6) were not
+# legible in any copy found, so both passes take the combined rate.
+A100_FWD_BWD_CAUSAL_TFLOPS = {"flash-attn-2": (99, 133, 155, 173, 182, 189)}
+
+
+def causal_backward_tflops(kernel: str) -> tuple[float, ...]:
+    """The causal backward's TFLOP/s on H100 for `kernel`: FA3's Fig. 6 measures the backward without the mask only,
+    so it is scaled by what the mask costs the same kernel's forward at the same length (Fig. 5(d) / Fig. 5(c)), an
+    assumption: the backward loses the forward's share. tests/test_perf_attention.py checks FlashAttention-2's
+    result against the FA2 paper's own measured causal forward + backward on H100.
+
+    >>> [round(x) for x in causal_backward_tflops("flash-attn-2")]  # 214 x 191 / 309, ...
+    [132, 193, 240, 269, 286, 292]
+    """
+    return tuple(b * c / n for b, c, n in zip(H100_BWD_NONCAUSAL_TFLOPS[kernel], H100_FWD_CAUSAL_TFLOPS[kernel],
+                                              H100_FWD_NONCAUSAL_TFLOPS[kernel], strict=True))
+
+
+# (kernel, compute capability) -> (forward, backward) TFLOP/s at ATTENTION_KERNEL_SEQ_LENS. Which kernel a stack runs
+# on an architecture is the stack's (Framework.attention_kernel, each cited in its module of frenzy_core.frameworks).
+ATTENTION_KERNEL_TFLOPS: dict[tuple[str, tuple[int, int]], tuple[tuple[float, ...], tuple[float, ...]]] = {
+    ("flash-attn-2", (8, 0)): (A100_FWD_BWD_CAUSAL_TFLOPS["flash-attn-2"], A100_FWD_BWD_CAUSAL_TFLOPS["flash-attn-2"]),
+    ("flash-attn-2", (9, 0)): (H100_FWD_CAUSAL_TFLOPS["flash-attn-2"], causal_backward_tflops("flash-attn-2")),
+    ("cudnn", (9, 0)): (H100_FWD_CAUSAL_TFLOPS["cudnn"], causal_backward_tflops("cudnn")),
+}
+# The catalog types the benchmarked parts stand for, by compute capability (the kernels' code path): A100-40GB /
+# 80GB are the benchmarked GA100 (sm80); H200 is the GH100 die at the benchmarked H100 SXM5's 700 W; H100-96GB
+# (torchtitan's Grand Teton part) is GH100 capped at 500 W: the 700 W figures are assumed for it, which overstates
+# its attention speed by what the cap costs. Every other type (Blackwell, Ada, Turing, Volta, AMD, user-defined) has
+# no figure in these papers: its attention core runs at the GEMMs' efficiency, as before the kernel figures.
+ATTENTION_KERNEL_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
+    "A100-40GB": (8, 0), "A100-80GB": (8, 0), "H100-80GB": (9, 0), "H200-141GB": (9, 0), "H100-96GB": (9, 0)}
+
+# LoRA / QLoRA (TrainingSpec.lora_rank > 0): the base is frozen. A frozen linear still runs its forward (2 FLOPs per
+# weight) and its input gradient (2: the gradient must reach the adapters of the layers below), but not its weight
+# gradient: Transformer Engine's _Linear sets `bwd_args.requires_wgrad = fwd_args.weight_requires_grad` and runs the
+# wgrad GEMM only `if bwd_args.requires_wgrad` (transformer_engine/pytorch/module/linear.py, NVIDIA/TransformerEngine
+# @d0067d0d); PyTorch autograd computes no gradient for a tensor that does not require one (nn.Linear under HF
+# peft, which freezes the base: peft/tuners/tuners_utils.py BaseTuner._mark_only_adapters_as_trainable,
+# `if self.prefix not in n: p.requires_grad = False`). The adapters (lora_A:
+# in x r, lora_B: r x out, memory.lora_parameters) train: 6 FLOPs per adapter weight per token.
+WEIGHT_GRAD_FLOPS_PER_PARAM_TOKEN = 2
+
 
 # --- FLOPs ---------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -157,7 +232,7 @@ class TokenFlops:
     """Model FLOPs per token of one optimizer step (forward + backward, plus recomputation), by where they run.
 
     A layer's FLOPs = its linear GEMMs (`dense_linear` / `moe_linear`: fp8 under fp8_linears) + `attention` (the
-    QK^T and AV core: bf16 flash attention) + its norms (the rest, element-wise)."""
+    QK^T and AV core: bf16 flash attention) + LoRA's `adapter` GEMMs + its norms (the rest, element-wise)."""
 
     dense_layer: float  # one decoder layer with a dense MLP (every layer of a dense model)
     moe_layer: float  # one decoder layer with routed experts (top-k of them active per token)
@@ -167,6 +242,10 @@ class TokenFlops:
     attention: float = 0.0  # the attention core of one layer (either kind), recompute included
     # executed by flash attention's backward beyond eq. 3's count (FLASH_BACKWARD_FORWARDS): time, not model FLOPs
     attention_kernel_extra: float = 0.0
+    # of `attention`: its forward passes (the first + recomputed ones); the rest + attention_kernel_extra is backward
+    attention_forward: float = 0.0
+    # LoRA's adapters of one layer (6 per adapter weight, + 2 per replayed forward): bf16 rank-r GEMMs, in the layer
+    adapter: float = 0.0
 
 
 def token_flops(model: ModelSpec, training: TrainingSpec) -> TokenFlops:
@@ -181,6 +260,15 @@ def token_flops(model: ModelSpec, training: TrainingSpec) -> TokenFlops:
                 selective + 2 a (d_qk + d_v) keys / l     (the attention core only: Megatron
                           --recompute-granularity selective, Korthikanti et al. 2022 Sec. 4.2)
     head:       6 x V h                                   (the embedding is a lookup: no matmul FLOPs)
+    LoRA:       the frozen base's weights (layers and head) 4 in place of 6 (no weight gradient,
+                WEIGHT_GRAD_FLOPS_PER_PARAM_TOKEN); + 6 x r (in + out) per adapter (`adapter`; + 2 per replayed
+                forward), the head's too when lora_targets names it
+
+    >>> from frenzy_core.models import ZOO
+    >>> full = token_flops(ZOO["gpt2"], TrainingSpec(seq_len=1024))
+    >>> lora = token_flops(ZOO["gpt2"], TrainingSpec(seq_len=1024, lora_rank=8, lora_targets="q,v"))
+    >>> full.dense_linear / lora.dense_linear, lora.adapter  # 6 / 4; 6 x 8 x (768 + 768) x 2 adapters
+    (1.5, 147456.0)
     """
     norms = 2 * model.norm_parameters()
     per_layer = model.attention_parameters() + norms
@@ -199,17 +287,25 @@ def token_flops(model: ModelSpec, training: TrainingSpec) -> TokenFlops:
     # forwards of the weights replayed (op-sac: every second mm, OP_SAC_RECOMPUTED_MM_FRACTION)
     replay = {"full": share, "selective": 0.0, "op-sac": OP_SAC_RECOMPUTED_MM_FRACTION}.get(training.recompute, 0.0)
     attn_replay = {"full": share, "selective": 1.0}.get(training.recompute, 0.0)  # of the attention core
-    passes = FLOPS_PER_PARAM_TOKEN + 2 * replay  # FLOPs per weight per token
+    # FLOPs per weight per token: 2 forward + 2 input gradient + 2 weight gradient (none for LoRA's frozen base)
+    per_weight = FLOPS_PER_PARAM_TOKEN - (WEIGHT_GRAD_FLOPS_PER_PARAM_TOKEN if training.lora_rank else 0)
+    passes = per_weight + 2 * replay
     attention = (3 + attn_replay) * attn_fwd
+    # LoRA's adapters train (6 per weight); r x (in + out) per targeted linear, without DoRA's magnitude vector
+    adapter_weights = lora_parameters(model, training.lora_rank, training.lora_targets) if training.lora_rank else 0
+    adapter = (FLOPS_PER_PARAM_TOKEN + 2 * replay) * adapter_weights
+    head_adapter = FLOPS_PER_PARAM_TOKEN * training.lora_rank * (model.hidden_size + model.vocab_size) if (
+        "head" in training.lora_target_set) else 0
 
     def layer(weights: float) -> float:
-        return passes * weights + attention
+        return passes * weights + attention + adapter
 
     kernel_extra = (FLASH_BACKWARD_FORWARDS - 2) * attn_fwd if training.attention == "flash" else 0.0
     return TokenFlops(dense_layer=layer(dense_weights), moe_layer=layer(moe_weights),
-                      head=FLOPS_PER_PARAM_TOKEN * model.vocab_size * model.hidden_size,
+                      head=per_weight * model.vocab_size * model.hidden_size + head_adapter,
                       dense_linear=passes * (dense_weights - norms), moe_linear=passes * (moe_weights - norms),
-                      attention=attention, attention_kernel_extra=kernel_extra)
+                      attention=attention, attention_kernel_extra=kernel_extra,
+                      attention_forward=(1 + attn_replay) * attn_fwd, adapter=adapter)
 
 
 def training_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
@@ -236,10 +332,45 @@ def _step_flops(model: ModelSpec, training: TrainingSpec, per_token: TokenFlops)
 
 def model_flops_per_step(model: ModelSpec, training: TrainingSpec) -> float:
     """The step's FLOPs without recomputation: the model FLOPs of MFU (Chowdhery et al. 2022, PaLM App. B, count
-    what the model needs, not what a recomputing schedule spends)."""
+    what the model needs, not what a recomputing schedule spends). Under LoRA what the frozen base runs: 4 FLOPs
+    per frozen weight (no weight gradient) + 6 per adapter weight, as NeMo counts its published LoRA TFLOP/s
+    (performance_summary.md @8e3d65dc: Llama 2 7B LoRA 663 TFLOP/s at 24,824 tokens/s = 26.7 GFLOP per token, its
+    SFT row 673 at 16,891 = 39.8: two thirds)."""
     if training.recompute == "none":
         return training_flops_per_step(model, training)
     return training_flops_per_step(model, training.model_copy(update={"recompute": "none"}))
+
+
+def gemm_efficiency_of_run(model: ModelSpec, training: TrainingSpec, gpu: GPUType, published_flops_per_token: float,
+                           published_fraction: float) -> float:
+    """The efficiency perf.py must charge its FLOPs at to reproduce a published run that reached
+    `published_fraction` of `gpu`'s bf16 peak (its MFU, or its HFU with `published_flops_per_token` counting the
+    recomputation) on its publisher's FLOPs count: the run spends T = published FLOPs / (fraction x peak) seconds
+    per token per GPU, of which the attention kernel takes T_attn (`attention_kernel_tflops`, forward and backward
+    at their own rates); the rest of perf.py's FLOPs (linears, norms, head) fill T - T_attn. Where no kernel figure
+    applies, every FLOP shares T: fraction x perf.py's FLOPs / the publisher's, GPUType.hw_efficiency's derivation.
+    The catalog's llm-foundry types are derived here (their runs ran FlashAttention-2): H100-80GB 0.4659, A100-80GB
+    0.6290, A100-40GB 0.6605 (0.4465, 0.6176, 0.6479 by the FLOPs ratio alone, before the kernel term).
+
+    >>> from frenzy_core.gpus import CATALOG
+    >>> from frenzy_core.models import ModelSpec
+    >>> mpt7b = ModelSpec(name="mpt-7b", vocab_size=50368, hidden_size=4096, num_layers=32, num_heads=32)
+    >>> theirs = 3 * (2 * 6_658_859_008 + 4 * 32 * 4096 * 2048)  # llm-foundry's MFU FLOPs per token
+    >>> round(gemm_efficiency_of_run(mpt7b, TrainingSpec(seq_len=2048), CATALOG["H100-80GB"], theirs, 0.4644), 4)
+    0.4659
+    """
+    per_token = token_flops(model, training)
+    layers = model.num_layers
+    ours = training_flops_per_step(model, training) / training.tokens_per_step()
+    kernel = attention_kernel_tflops(training, gpu, training.seq_len)
+    if kernel is None:
+        return published_fraction * ours / published_flops_per_token
+    peak_flops_s = gpu.peak_tflops("bf16") * 1e12
+    run_s = published_flops_per_token / (published_fraction * peak_flops_s)
+    backward = per_token.attention + per_token.attention_kernel_extra - per_token.attention_forward
+    attention_s = layers * (per_token.attention_forward / (float(kernel[0]) * 1e12)
+                            + backward / (float(kernel[1]) * 1e12))
+    return (ours - layers * per_token.attention) / (peak_flops_s * (run_s - attention_s))
 
 
 def attended_keys(model: ModelSpec, training: TrainingSpec) -> float:
@@ -258,6 +389,37 @@ def attended_keys(model: ModelSpec, training: TrainingSpec) -> float:
     sliding = model.num_sliding_layers
     window = min(s, model.sliding_window or s)
     return (model.num_layers - sliding) * CAUSAL_KEYS_FRACTION * s + sliding * (window - window**2 / (2 * s))
+
+
+def attention_kernel_tflops(training: TrainingSpec, gpu: GPUType, seq_per_rank) -> tuple[np.ndarray, np.ndarray] | None:
+    """(forward, backward) TFLOP/s of the fused attention kernel `training`'s stack runs on `gpu`
+    (`Framework.attention_kernel`, ATTENTION_KERNEL_TFLOPS), at `seq_per_rank` keys per query (seq_len / cp: ring
+    attention runs one seq_len / cp block against another per step), interpolated in log2(seqlen) between the
+    benchmarked lengths and held at the end ones outside them. None where no published figure applies: eager
+    attention, fp32 compute (flash kernels run fp16 / bf16), a type not in ATTENTION_KERNEL_COMPUTE_CAPABILITY or
+    a kernel not benchmarked on its architecture; the attention core then runs at the GEMMs' efficiency.
+
+    >>> from frenzy_core.gpus import CATALOG
+    >>> tr = TrainingSpec(framework="megatron", precision="bf16-master")
+    >>> [round(float(x), 1) for x in attention_kernel_tflops(tr, CATALOG["H100-80GB"], 2048)]  # 484; 465 x 484 / 617
+    [484.0, 364.8]
+    >>> [round(float(x)) for x in attention_kernel_tflops(TrainingSpec(), CATALOG["A100-80GB"], 3072)]  # 2k 155, 4k 173
+    [166, 166]
+    >>> attention_kernel_tflops(TrainingSpec(), CATALOG["B200"], 4096) is None  # no published figure: GEMM rate
+    True
+    """
+    if training.attention != "flash" or training.precision_setup.compute_dtype != "bf16":
+        return None
+    capability = ATTENTION_KERNEL_COMPUTE_CAPABILITY.get(gpu.name)
+    if capability is None:
+        return None
+    rates = ATTENTION_KERNEL_TFLOPS.get((get_framework(training.framework).attention_kernel(training, capability),
+                                         capability))
+    if rates is None:
+        return None
+    at = np.log2(np.asarray(seq_per_rank, dtype=np.float64))
+    lengths = np.log2(ATTENTION_KERNEL_SEQ_LENS)
+    return np.interp(at, lengths, rates[0]), np.interp(at, lengths, rates[1])
 
 
 # --- step time ------------------------------------------------------------------------------------------------------
@@ -326,8 +488,8 @@ class StepTime:
     slowest_stage: int = 0  # the pipeline stage whose compute + communication paces the pipeline
     dp_comm_overlapped_s: float = 0.0  # the data-parallel traffic's seconds hidden behind compute
     tp_comm_overlapped_s: float = 0.0  # the tensor-parallel traffic's seconds hidden behind the linear GEMMs
-    compute_linear_s: float = 0.0  # of compute_s: the linear GEMMs (fp8 peak under fp8_linears) and the LM head
-    compute_attention_s: float = 0.0  # of compute_s: the attention core (QK^T, AV; bf16 flash attention)
+    compute_linear_s: float = 0.0  # of compute_s: the linear GEMMs (fp8 peak under fp8_linears), LM head, adapters
+    compute_attention_s: float = 0.0  # of compute_s: the attention core (QK^T, AV; its kernel's measured rate)
     compute_other_s: float = 0.0  # of compute_s: the norms (6 FLOPs per weight) and fp8 quantisation passes
 
     @property
@@ -397,12 +559,30 @@ def _components(
     # hardware efficiency `eff` of its own peak (assumed for fp8: no fp8 calibration run, docs/perf.md).
     fp8 = training.fp8_linears and setup.compute_dtype == "bf16"
     linear_time_share = peak_flops_s / (gpu.peak_tflops("fp8") * 1e12) if fp8 else 1.0
+    # The attention core as its fused kernel runs it (`attention_kernel_tflops`, the stack's kernel on this GPU):
+    # its forward passes at the kernel's forward TFLOP/s, its backward (FLASH_BACKWARD_FORWARDS: Q K^T recomputed)
+    # at the backward's, as the bf16-rate FLOPs that take as long on the stage (x peak x eff). Where no kernel
+    # figure applies, or the caller fixes one efficiency for every FLOP (`mfu`), at the GEMMs' efficiency.
+    kernel = attention_kernel_tflops(training, gpu, s) if mfu is None else None
+    attention_time_flops = per_token.attention + per_token.attention_kernel_extra
+    if kernel is not None:
+        forward_tflops, backward_tflops = kernel
+        backward_flops = attention_time_flops - per_token.attention_forward
+        attention_time_flops = (per_token.attention_forward / (forward_tflops * 1e12)
+                                + backward_flops / (backward_tflops * 1e12)) * peak_flops_s * eff
+    # LoRA's adapters: rank-r GEMMs far below the ridge point, at their roofline share of the peak
+    # (`expert_gemm_roofline_fraction` of lora_A's b s / cp x h x r GEMM: intensity ~ r FLOPs per operand byte;
+    # lora_B's r x out moves as many bytes per FLOP); bf16 (NeMo's ParallelLinearAdapter is megatron.core's
+    # ColumnParallelLinear / RowParallelLinear, peft's lora_A / lora_B nn.Linear: outside the fp8 TE linears)
+    adapter_time_flops = 0.0
+    if per_token.adapter:
+        adapter_time_flops = per_token.adapter / expert_gemm_roofline_fraction(
+            b * s, h, training.lora_rank, setup.activation_bytes, peak_flops_s, gpu.memory_bandwidth_gbyte_s * 1e9)
     # per-token FLOPs at the bf16 rate that take the same time (the linears' scaled by bf16 peak / fp8 peak)
-    # (+ the flash backward's recomputed scores, FLASH_BACKWARD_FORWARDS: time only)
     dense_time_flops = (per_token.dense_layer - (1.0 - linear_time_share) * per_token.dense_linear
-                        + per_token.attention_kernel_extra)
+                        - per_token.attention - per_token.adapter + attention_time_flops + adapter_time_flops)
     moe_time_flops = (per_token.moe_layer - (1.0 - linear_time_share) * per_token.moe_linear
-                      + per_token.attention_kernel_extra)
+                      - per_token.attention - per_token.adapter + attention_time_flops + adapter_time_flops)
     if fp8 and gpu.fp8_tflops is not None:
         # the fp8 quantisation passes (FP8_CAST_BYTES_PER_ELEMENT), memory-bound: bytes / HBM bandwidth, as the
         # bf16-rate FLOPs that take as long on the stage (x peak x eff, as _moe_extra_time_flops)
@@ -477,6 +657,28 @@ def _components(
     moe_layer_params = layer_common + model.moe_mlp_parameters() - routed_per_layer if model.is_moe else 0.0
     # Megatron's last stage keeps its own copy of a tied embedding as the head (setup_embeddings_and_output_layer)
     tied_copy = model.vocab_size * model.hidden_size if model.tie_embeddings else 0
+    embedding, head = model.embedding_parameters(), model.head_parameters() + np.where(p > 1, tied_copy, 0.0)
+    # LoRA: only the adapters have gradients and optimizer states (memory.lora_parameters: r x (in + out) per
+    # targeted linear, DoRA's magnitude vector too; the head's adapter when lora_targets names it); the routed experts
+    # and the embedding stay frozen. Under ZeRO-3 / FSDP the frozen base is still sharded: it is all-gathered for
+    # the forward and again for the backward (2 (d - 1) / d of each shard in the compute dtype, the copy the layers
+    # run on: FSDP2 MixedPrecisionPolicy param_dtype, DeepSpeed's bf16 engine), but never reduce-scattered.
+    base = (dense_layer_params, moe_layer_params, routed_per_layer, embedding, head)
+    if training.lora_rank:
+        adapters = float(lora_parameters(model, training.lora_rank, training.lora_targets, training.lora_variant))
+        dense_layer_params = moe_layer_params = adapters
+        routed_per_layer, embedding, head = 0.0, 0.0, float(lora_head_parameters(model, training))
+    gathers_base = bool(training.lora_rank) and get_framework(training.framework).gathers_each_layer(training)
+    base_gather_s = 2 * (d_grad - 1) / d_grad * setup.activation_bytes / dp_link if gathers_base else 0.0 * d_grad
+    base_expert_gather_s = (2 * (d_expert - 1) / d_expert * setup.activation_bytes / dp_link if gathers_base
+                            else 0.0 * d_expert)
+
+    def stage_parameters(layers, moe, first_stage, last_stage, weights):
+        """(dense-sharded, routed-expert) parameters of a stage with `layers` layers, `moe` of them routed-expert
+        ones, from `weights` = (dense layer, MoE layer, routed experts per MoE layer, embedding, head)."""
+        dense_layer, moe_layer, routed, embed, out = weights
+        return ((layers - moe) * dense_layer + moe * moe_layer + np.where(first_stage, embed, 0.0)
+                + np.where(last_stage, out, 0.0)), moe * routed
 
     # Each stage that bounds the others: its layers (the uneven first / last stages' own counts, DeepSeek's dense
     # layers on the first), their compute and communication; the LM head on the last.
@@ -495,7 +697,6 @@ def _components(
     expert_param_s = (volume * 2 * (d_expert - 1) / d_expert * setup.grad_bytes / dp_link
                       + opt_bytes_per_s / (d_expert if sharded else 1.0)) / (et * e)
     leading = model.first_k_dense if model.is_moe else 0
-    embedding, head = model.embedding_parameters(), model.head_parameters() + np.where(p > 1, tied_copy, 0.0)
     if not (leading or np.any(first) or np.any(last)):
         # the even split of a uniform model: every stage holds l / p alike layers, so the last (the LM head) is the
         # slowest and the heavier end (embedding or head) holds the most parameters
@@ -505,6 +706,9 @@ def _components(
         params = layers * (moe_layer_params if model.is_moe else dense_layer_params) + np.where(
             p > 1, np.maximum(embedding, head), embedding + head)
         experts = moe * routed_per_layer
+        base_params = layers * (base[1] if model.is_moe else base[0]) + np.where(
+            p > 1, np.maximum(base[3], base[4]), base[3] + base[4])
+        base_experts = moe * base[2]
         stages = ()
     else:
         # A stage's time and parameters are linear in its dense-layer count, which never grows from one stage to the
@@ -513,36 +717,40 @@ def _components(
         p_last = p - 1
         stages = (0.0 * p, p_last) if not (np.any(first) or np.any(last)) else (
             0.0 * p, np.minimum(1.0, p_last), np.maximum(p_last - 1, 0.0), p_last)
-    best = heaviest = None  # (busy, stage, layers, MoE layers, is last) and (tail, parameters, expert parameters)
+    # (busy, stage, layers, MoE layers, is last) and (tail, trainable parameters, trainable expert parameters, base
+    # parameters, base expert parameters)
+    best = heaviest = None
     for stage in stages:
         layers = stage_layer_counts(model.num_layers, p, stage, first, last)
         moe = layers - stage_leading_layers(model.num_layers, leading, p, stage, first, last, v) if leading else (
             layers if model.is_moe else 0.0)
         is_last = stage == p - 1
         busy = layers * dense_layer_s + moe * moe_extra_s + np.where(is_last, head_s, 0.0)
-        params = ((layers - moe) * dense_layer_params + moe * moe_layer_params
-                  + np.where(stage == 0, embedding, 0.0) + np.where(is_last, head, 0.0))
-        experts = moe * routed_per_layer
-        tail = params * dense_param_s + experts * expert_param_s
+        params, experts = stage_parameters(layers, moe, stage == 0, is_last, (
+            dense_layer_params, moe_layer_params, routed_per_layer, embedding, head))
+        base_params, base_experts = stage_parameters(layers, moe, stage == 0, is_last, base)
+        tail = (params * dense_param_s + experts * expert_param_s
+                + base_params / t * base_gather_s + base_experts / (et * e) * base_expert_gather_s)
+        heavy = (tail, params, experts, base_params, base_experts)
         if best is None:
-            best, heaviest = (busy, stage, layers, moe, is_last), (tail, params, experts)
+            best, heaviest = (busy, stage, layers, moe, is_last), heavy
             continue
         more = busy > best[0]  # the first stage of the largest wins ties
         best = tuple(np.where(more, new, old) for new, old in zip((busy, stage, layers, moe, is_last), best,
                                                                   strict=True))
         more = tail > heaviest[0]
-        heaviest = tuple(np.where(more, new, old) for new, old in zip((tail, params, experts), heaviest, strict=True))
+        heaviest = tuple(np.where(more, new, old) for new, old in zip(heavy, heaviest, strict=True))
     if stages:
         _, slowest, layers, moe, is_last = best
-        _, params, experts = heaviest
+        _, params, experts, base_params, base_experts = heaviest
     # the pipeline's pace: the slowest stage's compute and communication per step
     head_flops = np.where(is_last, per_token.head, 0.0)
     compute_s = tokens * ((layers - moe) * dense_time_flops + moe * moe_time_flops + head_flops) / stage_flops_s
     # of which: linear GEMMs (the layers' at the fp8 rate under fp8, the LM head's at bf16), attention core, norms
     layer_linear_s = tokens * linear_time_share * ((layers - moe) * per_token.dense_linear
                                                    + moe * per_token.moe_linear) / stage_flops_s
-    compute_linear_s = layer_linear_s + tokens * head_flops / stage_flops_s
-    compute_attention_s = tokens * layers * (per_token.attention + per_token.attention_kernel_extra) / stage_flops_s
+    compute_linear_s = layer_linear_s + tokens * (head_flops + layers * adapter_time_flops) / stage_flops_s
+    compute_attention_s = tokens * layers * attention_time_flops / stage_flops_s
     compute_other_s = compute_s - compute_linear_s - compute_attention_s
     overlap_dp, overlap_tp = comm_overlaps(training)
     # Tensor-parallel comm overlap (Megatron --tp-comm-overlap: Transformer Engine's userbuffers split each
@@ -558,7 +766,8 @@ def _components(
     expert_shard = experts / (et * e)  # each expert's linears split etp ways, the experts ep ways
     ring_bytes = (2 * (d_grad - 1) / d_grad * dense_shard + 2 * (d_expert - 1) / d_expert * expert_shard) \
         * setup.grad_bytes
-    dp_raw_s = volume * ring_bytes / dp_link
+    dp_raw_s = (volume * ring_bytes / dp_link
+                + base_params / t * base_gather_s + base_experts / (et * e) * base_expert_gather_s)
     opt_params = dense_shard / d_grad + expert_shard / d_expert if sharded else dense_shard + expert_shard
     optimizer_s = opt_params * opt_bytes_per_s
     # Data-parallel overlap: exposed = the part that cannot hide + what exceeds the compute it hides behind.
@@ -685,8 +894,10 @@ def _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8, gemm_peak_f
     operand = FP8_OPERAND_BYTES if fp8 else ps.activation_bytes
     fc1 = expert_gemm_roofline_fraction(tokens_per_expert, h, fc1_n, operand, gemm_peak_flops_s, bandwidth)
     fc2 = expert_gemm_roofline_fraction(tokens_per_expert, ffn / et, h, operand, gemm_peak_flops_s, bandwidth)
-    # per token: the top-k experts' GEMMs, 6 FLOPs per weight (+ 2 per replayed forward), at the GEMM's own peak
-    weight_flops = (FLOPS_PER_PARAM_TOKEN + 2 * replay) * k * h * ffn
+    # per token: the top-k experts' GEMMs, 6 FLOPs per weight (4 frozen under LoRA; + 2 per replayed forward), at the
+    # GEMM's own peak
+    per_weight = FLOPS_PER_PARAM_TOKEN - (WEIGHT_GRAD_FLOPS_PER_PARAM_TOKEN if training.lora_rank else 0)
+    weight_flops = (per_weight + 2 * replay) * k * h * ffn
     fc1_flops, fc2_flops = weight_flops * fc1_n * et / ffn, weight_flops
     time_share = gemm_peak_flops_s / (gpu.peak_tflops(ps.compute_dtype) * 1e12)  # fp8: bf16 peak / fp8 peak
     gemm_extra = time_share * (fc1_flops * (1.0 / fc1 - 1.0) + fc2_flops * (1.0 / fc2 - 1.0))
@@ -711,8 +922,9 @@ def step_time(
 ) -> StepTime:
     """Predicted seconds per optimizer step of `training` on d x t x p x cp GPUs of one type, with its breakdown.
 
-    `intra_link_gbyte_s` defaults to the GPU type's nominal link, `mfu` to its measured MFU for the compute dtype,
-    `overhead_s` to its measured per-step cost; `network_gbit_s` is one node's nominal NIC. Raises SpecError when
+    `intra_link_gbyte_s` defaults to the GPU type's nominal link, `mfu` to its measured MFU for the compute dtype
+    with the attention core at its kernel's measured rate (`attention_kernel_tflops`; an explicit `mfu` charges
+    every FLOP at it), `overhead_s` to its measured per-step cost; `network_gbit_s` is one node's nominal NIC. Raises SpecError when
     the split does not fit the model or batch (see `check_parallelism`).
 
     >>> from frenzy_core.gpus import CATALOG

@@ -80,6 +80,16 @@ def _zero3_prefetch(training: Any) -> bool:
     return training.zero_stage == 3
 
 
+def _sdpa_flash(training: Any, compute_capability: tuple[int, int]) -> str:
+    """PyTorch's F.scaled_dot_product_attention, whose flash backend is FlashAttention-2's sm80 kernels, on A100
+    and H100 alike (aten/src/ATen/native/transformers/cuda/flash_attn/kernels/flash_fwd_hdim128_bf16_causal_sm80.cu
+    and its siblings, vendored from Dao-AILab/flash-attention v2), and comes first in the default priority: cuDNN attention, first on H100 in torch 2.5.0, was made opt-in for 2.5.1 (pytorch/pytorch#138522,
+    "Make CuDNN Attention Opt in"), and returns first only where the bundled cuDNN is newer than 9.15
+    (sdp_utils.cpp check_prefer_cudnn_attention, pytorch/pytorch@001f694a, sm90 / sm100): torch 2.5.1 to the 2.10
+    wheels, the torch of the published runs perf.py is checked against, run FlashAttention-2."""
+    return "flash-attn-2"
+
+
 def _no_caveat(training: Any, par: Any) -> str | None:
     return None
 
@@ -121,6 +131,9 @@ class Framework:
     dp_overlap_default: Callable[[Any], bool] = _zero3_prefetch
     # tensor-parallel communication hidden behind the GEMMs when TrainingSpec.tp_comm_overlap is None
     tp_overlap_default: Callable[[Any], bool] = _never
+    # the fused attention kernel flash attention runs on a GPU of this compute capability, (training, (major,
+    # minor)) -> a perf.ATTENTION_KERNEL_TFLOPS kernel name ("flash-attn-2", "cudnn"); default: PyTorch SDPA's
+    attention_kernel: Callable[[Any, tuple[int, int]], str] = _sdpa_flash
     # --- validation messages (TrainingSpec raises them) ---------------------------------------------------------
     amp_refusal: str = ""  # precision amp under a stack without autocast
     chunked_loss_refusal: str = ""  # loss_chunks > 1 under a stack whose loss is not chunked

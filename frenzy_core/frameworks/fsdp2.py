@@ -82,6 +82,17 @@ def dp_overlap_default(training) -> bool:
     return True
 
 
+def attention_kernel(training, compute_capability: tuple[int, int]) -> str:
+    """PyTorch SDPA's flash backend, FlashAttention-2 (base._sdpa_flash): torchtitan's Attention calls
+    `F.scaled_dot_product_attention(xq, xk, xv, is_causal=True)` under the default backend order
+    (torchtitan/models/llama/model.py, pytorch/torchtitan@3f20451b, 2024-12-26, the code of its end-2024 benchmarks
+    benchmarks/llama3_h100_202412_torchtitan.md), and with context parallelism inside
+    `sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION])` (torchtitan/utils.py
+    get_train_context). Later torchtitan asks for cuDNN first (torchtitan/models/common/attention.py
+    ScaledDotProductAttention: CUDNN_ATTENTION, FLASH_ATTENTION, MATH, @b5bcd76c): not what this recipe describes."""
+    return "flash-attn-2"
+
+
 FRAMEWORK = Framework(
     name="fsdp2",
     describes=RECIPE.describes,
@@ -101,6 +112,7 @@ FRAMEWORK = Framework(
     switches=SWITCHES,
     switches_label="compile",
     dp_overlap_default=dp_overlap_default,
+    attention_kernel=attention_kernel,
     # tensor parallel: torchtitan's AsyncTP is opt-in (TrainingSpec.tp_comm_overlap)
     zero_stage_refusal="fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {zero_stage}",
     switch_refusal="compile models torchtitan's per-block torch.compile: use framework fsdp2, got {framework}",

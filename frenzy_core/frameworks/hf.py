@@ -30,6 +30,15 @@ RECIPE = replace(
     fp32_router_input=True,
 )
 
+def attention_kernel(training, compute_capability: tuple[int, int]) -> str:
+    """PyTorch SDPA's flash backend, FlashAttention-2 (base._sdpa_flash): TrainingSpec attention "flash" is
+    transformers' default attn_implementation, PreTrainedModel.get_correct_attn_implementation
+    `applicable_attention = "sdpa" if requested_attention is None else requested_attention`
+    (src/transformers/modeling_utils.py), whose sdpa_attention_forward calls F.scaled_dot_product_attention;
+    attn_implementation="flash_attention_2" runs the same FlashAttention-2 kernels from flash-attn."""
+    return "flash-attn-2"
+
+
 FRAMEWORK = Framework(
     name="hf",
     describes=RECIPE.describes,
@@ -48,4 +57,5 @@ FRAMEWORK = Framework(
     supports_chunked_loss=True,
     switches=(),
     switches_label="",
+    attention_kernel=attention_kernel,
 )

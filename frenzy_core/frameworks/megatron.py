@@ -54,6 +54,17 @@ def tp_overlap_default(training) -> bool:
     return training.sequence_parallel
 
 
+def attention_kernel(training, compute_capability: tuple[int, int]) -> str:
+    """cuDNN's fused attention on Hopper and newer, FlashAttention-2 before. Megatron-Core's TE layer spec builds
+    core attention as TEDotProductAttention (megatron/core/extensions/transformer_engine_spec_provider.py
+    core_attention, NVIDIA/Megatron-LM@d98e8a64), a te.pytorch.DotProductAttention, whose get_attention_backend
+    drops FlashAttention when FusedAttention can run too, "to give FusedAttention preference on Hopper+ for
+    performance reasons", `if use_flash_attention and use_fused_attention and device_compute_capability >= (9, 0)`
+    (transformer_engine/pytorch/attention/dot_product_attention/utils.py, NVIDIA/TransformerEngine@d0067d0d; the
+    same rule since @43569381, 2024-06-13, before NeMo 24.07); below sm90 it keeps flash-attn's FlashAttention-2."""
+    return "cudnn" if compute_capability >= (9, 0) else "flash-attn-2"
+
+
 FRAMEWORK = Framework(
     name="megatron",
     describes=RECIPE.describes,
@@ -75,6 +86,7 @@ FRAMEWORK = Framework(
     switches_label="grouped GEMM",
     dp_overlap_default=dp_overlap_default,
     tp_overlap_default=tp_overlap_default,
+    attention_kernel=attention_kernel,
     amp_refusal="megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32",
     chunked_loss_refusal="megatron's vocab-parallel loss is not chunked: use loss_chunks 1",
     switch_refusal="moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {framework}",

@@ -53,6 +53,8 @@ FRAMEWORK = Framework(
     supports_chunked_loss=True,
     switches=(),
     switches_label="",
+    # flash attention: our decoder calls F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # (frenzy_core/tracer.py), SDPA's flash backend, FlashAttention-2 (base._sdpa_flash, the default)
     # data parallel: plain DDP, whose measured link efficiencies (Sia's sync_time, gpus.py) already are exposed time;
     # ZeRO-3 / FSDP1 prefetch hides it (base._zero3_prefetch). Tensor parallel: no overlap.
 )
