@@ -163,6 +163,57 @@ FP8_OPERAND_BYTES = 1
 # their own. Weights are cast once per step (TE caches them across micro-batches, `is_first_microbatch`): left out.
 FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1
 
+# --- memory-bound element-wise work: HBM bytes per element, forward and backward ----------------------------------
+# A layer's norms, activation / GLU, residual adds and rotary embedding do a few FLOPs per byte: their time is the
+# HBM traffic / bandwidth. How many bytes depends on whether each aten op runs as its own kernel (eager PyTorch:
+# reads its inputs, writes its output) or each chain between two GEMMs runs as one kernel reading its inputs once
+# and writing its outputs once (torch.compile's Inductor: Ansel et al., "PyTorch 2", ASPLOS '24, Sec. 5; Transformer
+# Engine's fused modules): `Framework.elementwise_fused`. Counts are per element of the op's width (h, ffn, q + k),
+# as (activation, fp32) byte multiples: A bytes per activation element (2 for bf16) and F = 4 per fp32 intermediate; operands broadcast over tokens (the norm
+# weight, the rotary table) are left out, as are the per-token scalars (mean, rsqrt). Full recomputation and op-sac
+# replay the forward's element-wise ops (torchtitan's _save_list keeps only mm / SDPA / reduce-scatter outputs).
+# Eager RMSNorm: torchtitan/models/norms.py RMSNorm.forward (pytorch/torchtitan@3f20451b; HF LlamaRMSNorm runs the
+# same ops): `self._norm(x.float()).type_as(x) * self.weight`, _norm = `x * torch.rsqrt(x.pow(2).mean(-1, True) + eps)`
+#   forward:  x.float() A + F, pow(2) 2F, mean(-1) F, x * rsqrt 2F, type_as F + A, * weight 2A     = 4A + 7F (36 at bf16)
+#   backward: * weight: grad * w 2A, grad * out 3A + its sum over tokens A; type_as A + F; x * rsqrt: grad * r 2F,
+#             grad * x 3F + sum(-1) F; mean: expand / h F; pow: pow_backward `grad * (2 * x.pow(1))`
+#             (torch/csrc/autograd/FunctionsManual.cpp pow_backward) 2F + 2F + 3F; x's two gradients summed 3F;
+#             x.float() F + A                                                                        = 8A + 19F (92 at bf16)
+EAGER_RMSNORM_BYTES = ((4, 7), (8, 19))  # ((forward A, F), (backward A, F)), as every count below
+# One-kernel norm: a fused / Inductor RMSNorm, TE's LayerNormLinear norm, and eager F.layer_norm (native_layer_norm
+# is one aten kernel each way: llm-foundry's LPLayerNorm, nn.LayerNorm): forward reads x, writes y (2A); backward
+# reads dy and x, writes dx (3A; the weight gradient's per-column sums are reduced in the same pass)
+FUSED_NORM_BYTES = ((2, 0), (3, 0))
+# Eager SwiGLU, per ffn element: torchtitan/models/llama/model.py FeedForward.forward (@3f20451b)
+# `self.w2(F.silu(self.w1(x)) * self.w3(x))`: forward silu 2A, mul 3A; backward mul's two gradients (grad x other)
+# 3A + 3A, silu_backward (reads grad and input) 3A                                             = 5A (10), 9A (18)
+EAGER_SWIGLU_BYTES = ((5, 0), (9, 0))
+# Fused SwiGLU (Megatron's bias_swiglu_impl, Inductor): forward reads gate and up, writes their product (3A);
+# backward reads the gradient, gate and up, writes both gradients (5A)
+FUSED_SWIGLU_BYTES = ((3, 0), (5, 0))
+# GeLU (nn.GELU: one aten kernel, eager or not; llm-foundry MPT's MLP `down_proj(act(up_proj(x)))`, Megatron's
+# bias_gelu_impl): forward 2A, backward gelu_backward reads grad and input, writes one (3A)
+GELU_BYTES = ((2, 0), (3, 0))
+# Eager rotary, per q and k element: torchtitan/models/llama/model.py apply_rotary_emb (@3f20451b):
+# `view_as_complex(xq.float().reshape(...))`, `view_as_real(xq_ * freqs_cis).flatten(3)`, `.type_as(xq)` (reshape,
+# view_as_* and flatten are views): forward float() A + F, complex mul 2F, type_as F + A; backward the same three
+# ops in reverse (grad x conj(freqs))                                                          = 2A + 4F (20) each way
+EAGER_ROTARY_BYTES = ((2, 4), (2, 4))
+# Fused rotary (TE fused_rope, Inductor): reads q / k, writes the rotated copy, each way
+FUSED_ROTARY_BYTES = ((2, 0), (2, 0))
+# Residual add, per h element, 2 per layer (torchtitan TransformerBlock.forward `h = x + self.attention(...)`,
+# `out = h + self.feed_forward(...)`; Megatron's bias_dropout_add, dropout 0): forward reads both, writes one (3A);
+# backward passes the gradient through, and the residual stream's two gradients are summed (3A). One kernel
+# either way (Inductor may fold the add into the next norm's kernel, saving a read: not counted)
+RESIDUAL_ADD_BYTES = ((3, 0), (3, 0))
+RESIDUAL_ADDS_PER_LAYER = 2
+# torchtitan's repeat_kv (Attention.forward, @3f20451b): unsqueeze / expand / reshape copies k and v to every head
+# before SDPA (n_rep > 1): reads the kv width, writes the heads' width (A each); its backward sums them back. Fused
+# or not (Inductor cannot fold a copy into the attention kernel): Recipe.repeat_kv_copies says which stacks do it.
+REPEAT_KV_BYTES = ((1, 0), (1, 0))  # per element read (kv width) and per element written (heads' width), each way
+FP32_BYTES = 4
+
+
 # --- the attention kernel's own throughput ---------------------------------------------------------------------------
 # Flash attention's fused kernel does not reach the GEMMs' fraction of peak, and how far it gets depends on whose
 # kernel runs on which GPU: FlashAttention-2 "achiev[es] only 35% utilization on the H100" against "80-90%" for
@@ -347,30 +398,36 @@ def gemm_efficiency_of_run(model: ModelSpec, training: TrainingSpec, gpu: GPUTyp
     `published_fraction` of `gpu`'s bf16 peak (its MFU, or its HFU with `published_flops_per_token` counting the
     recomputation) on its publisher's FLOPs count: the run spends T = published FLOPs / (fraction x peak) seconds
     per token per GPU, of which the attention kernel takes T_attn (`attention_kernel_tflops`, forward and backward
-    at their own rates); the rest of perf.py's FLOPs (linears, norms, head) fill T - T_attn. Where no kernel figure
-    applies, every FLOP shares T: fraction x perf.py's FLOPs / the publisher's, GPUType.hw_efficiency's derivation.
-    The catalog's llm-foundry types are derived here (their runs ran FlashAttention-2): H100-80GB 0.4659, A100-80GB
-    0.6290, A100-40GB 0.6605 (0.4465, 0.6176, 0.6479 by the FLOPs ratio alone, before the kernel term).
+    at their own rates) and the layers' element-wise ops T_ew (`elementwise_time_flops`, at HBM bandwidth); the rest
+    of perf.py's FLOPs (linears, norms, head) fill T - T_attn - T_ew. Where no kernel figure applies, every FLOP
+    shares T - T_ew (fraction x perf.py's FLOPs / the publisher's when T_ew = 0), GPUType.hw_efficiency's derivation.
+    The catalog's llm-foundry types are derived here (their runs ran FlashAttention-2): H100-80GB 0.4843, A100-80GB
+    0.6462, A100-40GB 0.6876 (0.4659, 0.6290, 0.6605 before the element-wise term; 0.4465, 0.6176, 0.6479 by the
+    FLOPs ratio alone, before the kernel term).
 
     >>> from frenzy_core.gpus import CATALOG
     >>> from frenzy_core.models import ModelSpec
     >>> mpt7b = ModelSpec(name="mpt-7b", vocab_size=50368, hidden_size=4096, num_layers=32, num_heads=32)
     >>> theirs = 3 * (2 * 6_658_859_008 + 4 * 32 * 4096 * 2048)  # llm-foundry's MFU FLOPs per token
     >>> round(gemm_efficiency_of_run(mpt7b, TrainingSpec(seq_len=2048), CATALOG["H100-80GB"], theirs, 0.4644), 4)
-    0.4659
+    0.4843
     """
     per_token = token_flops(model, training)
     layers = model.num_layers
     ours = training_flops_per_step(model, training) / training.tokens_per_step()
-    kernel = attention_kernel_tflops(training, gpu, training.seq_len)
-    if kernel is None:
-        return published_fraction * ours / published_flops_per_token
     peak_flops_s = gpu.peak_tflops("bf16") * 1e12
     run_s = published_flops_per_token / (published_fraction * peak_flops_s)
+    # the layers' element-wise ops at HBM bandwidth, as `_components` charges them (elementwise_time_flops at
+    # eff = 1 is their seconds x peak)
+    dense_ew, moe_ew = elementwise_time_flops(model, training, gpu, 1.0)
+    elementwise_s = (model.num_dense_layers * dense_ew + model.num_moe_layers * moe_ew) / peak_flops_s
+    kernel = attention_kernel_tflops(training, gpu, training.seq_len)
+    if kernel is None:
+        return ours / (peak_flops_s * (run_s - elementwise_s))
     backward = per_token.attention + per_token.attention_kernel_extra - per_token.attention_forward
     attention_s = layers * (per_token.attention_forward / (float(kernel[0]) * 1e12)
                             + backward / (float(kernel[1]) * 1e12))
-    return (ours - layers * per_token.attention) / (peak_flops_s * (run_s - attention_s))
+    return (ours - layers * per_token.attention) / (peak_flops_s * (run_s - attention_s - elementwise_s))
 
 
 def attended_keys(model: ModelSpec, training: TrainingSpec) -> float:
@@ -420,6 +477,80 @@ def attention_kernel_tflops(training: TrainingSpec, gpu: GPUType, seq_per_rank) 
     at = np.log2(np.asarray(seq_per_rank, dtype=np.float64))
     lengths = np.log2(ATTENTION_KERNEL_SEQ_LENS)
     return np.interp(at, lengths, rates[0]), np.interp(at, lengths, rates[1])
+
+
+# --- element-wise work ----------------------------------------------------------------------------------------------
+def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tuple[float, float]:
+    """HBM bytes per token one dense layer and one routed-expert layer's element-wise ops move, forward + backward
+    (+ the replayed forward under full recomputation and op-sac), over all t ranks together, as `training`'s stack
+    runs them (`Framework.elementwise_fused`: one fused kernel per chain, else one kernel per aten op):
+
+    norms     norms_per_layer x h (+ q + k widths under qk_norm): EAGER_RMSNORM_BYTES where the stack's RMSNorm is
+              the aten formula (Recipe.unfused_rmsnorm, eager), else FUSED_NORM_BYTES (one kernel: fused, or
+              F.layer_norm)
+    MLP       ffn (MoE: top-k + shared experts' widths) x EAGER_SWIGLU_BYTES / FUSED_SWIGLU_BYTES; GELU_BYTES
+    rotary    (q + k widths) x EAGER_ROTARY_BYTES / FUSED_ROTARY_BYTES (position_kind rotary)
+    residual  RESIDUAL_ADDS_PER_LAYER x h x RESIDUAL_ADD_BYTES
+    repeat_kv k and v widened to every head (Recipe.repeat_kv_copies, GQA): read kv + write heads' width, each way
+
+    >>> from frenzy_core.models import ModelSpec
+    >>> tiny = ModelSpec(name="tiny", vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
+    ...                  mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", max_positions=64)
+    >>> eager = TrainingSpec(framework="fsdp2", seq_len=64, global_batch=1)
+    >>> elementwise_bytes_per_token(tiny, eager)  # norms 2x64x128, SwiGLU 128x28, rotary 128x40, adds 2x64x12
+    (26624.0, 26624.0)
+    >>> elementwise_bytes_per_token(tiny, eager.model_copy(update={"compile": True}))  # 2x64x10, 128x16, 128x8, 1536
+    (5888.0, 5888.0)
+    """
+    fw = get_framework(training.framework)
+    fused = bool(fw.elementwise_fused(training))
+    recipe = fw.recipe
+    a = training.precision_setup.activation_bytes
+
+    def per_element(counts) -> float:  # forward (+ replays) + backward bytes per element
+        (fa, ff), (ba, bf) = counts
+        return (fa * a + ff * FP32_BYTES) * (1 + replay) + ba * a + bf * FP32_BYTES
+
+    share = -(-model.num_layers // training.recompute_every) / model.num_layers
+    replay = {"full": share, "op-sac": 1.0}.get(training.recompute, 0.0)
+    h = model.hidden_size
+    formula_norm = (not fused and recipe is not None and recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm")
+    norm = per_element(EAGER_RMSNORM_BYTES if formula_norm else FUSED_NORM_BYTES)
+    qk = model.q_dim + model.kv_dim
+    norms = norm * (model.norms_per_layer * h + (qk if model.qk_norm != "none" else 0))
+    rotary = per_element(FUSED_ROTARY_BYTES if fused else EAGER_ROTARY_BYTES) * qk if (
+        model.position_kind == "rotary") else 0.0
+    residual = RESIDUAL_ADDS_PER_LAYER * h * per_element(RESIDUAL_ADD_BYTES)
+    repeat = 0.0
+    if recipe is not None and recipe.repeat_kv_copies and model.kv_dim < model.q_dim:
+        widened = model.num_heads * (model.head_dim + model.value_head_dim)
+        repeat = per_element(REPEAT_KV_BYTES) * (model.kv_dim + model.v_dim + widened)
+    glu = model.mlp_kind == "swiglu"
+    act = per_element((FUSED_SWIGLU_BYTES if fused else EAGER_SWIGLU_BYTES) if glu else GELU_BYTES)
+    common = norms + rotary + residual + repeat
+    dense = common + act * model.ffn
+    if not model.is_moe:
+        return float(dense), float(dense)
+    moe_width = (model.moe_top_k + model.num_shared_experts) * model.expert_ffn
+    return float(dense), float(common + act * moe_width)
+
+
+def elementwise_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUType, eff: float) -> tuple[float, float]:
+    """`elementwise_bytes_per_token` as seconds at the type's HBM bandwidth, expressed as the bf16-rate FLOPs that
+    take as long (x peak x eff, as the fp8 casts): what `_components` adds to each layer's time FLOPs. Only for
+    bf16 compute: the fp32 efficiencies (Sia's fits) were measured with the element-wise time inside them.
+
+    >>> from frenzy_core.gpus import CATALOG
+    >>> from frenzy_core.models import ZOO
+    >>> dense, _ = elementwise_time_flops(ZOO["gpt2"], TrainingSpec(seq_len=1024), CATALOG["H100-80GB"], 0.5)
+    >>> round(dense / (989e12 * 0.5) * 1e9, 3)  # ns per token: (2 x 768 x 10 + 3072 x 10 + 2 x 768 x 12) B / 3.35 TB/s
+    19.257
+    """
+    if training.precision_setup.compute_dtype != "bf16":
+        return 0.0, 0.0
+    to_flops = gpu.peak_tflops("bf16") * 1e12 * eff / (gpu.memory_bandwidth_gbyte_s * 1e9)
+    dense, moe = elementwise_bytes_per_token(model, training)
+    return dense * to_flops, moe * to_flops
 
 
 # --- step time ------------------------------------------------------------------------------------------------------
@@ -590,6 +721,13 @@ def _components(
         to_flops = FP8_CAST_BYTES_PER_ELEMENT / (gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
         dense_time_flops = dense_time_flops + dense_cast * to_flops
         moe_time_flops = moe_time_flops + moe_cast * to_flops
+    if mfu is None:
+        # the layers' memory-bound element-wise ops (norms, activation, rotary, residual adds) as HBM traffic /
+        # bandwidth, eager or fused as the stack runs them (`elementwise_bytes_per_token`); an explicit `mfu`
+        # charges every FLOP at it, as for the attention kernel
+        dense_ew, moe_ew = elementwise_time_flops(model, training, gpu, eff)
+        dense_time_flops = dense_time_flops + dense_ew
+        moe_time_flops = moe_time_flops + moe_ew
     if model.is_moe:
         moe_time_flops = moe_time_flops + _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8,
                                                                 peak_flops_s * linear_time_share, eff)

@@ -90,6 +90,12 @@ def _sdpa_flash(training: Any, compute_capability: tuple[int, int]) -> str:
     return "flash-attn-2"
 
 
+def _eager(training: Any) -> bool:
+    """Eager PyTorch: each aten op of a norm, activation, residual add or rotary runs as its own kernel, reading its
+    inputs from HBM and writing its output back (perf.elementwise_bytes_per_token's eager counts)."""
+    return False
+
+
 def _no_caveat(training: Any, par: Any) -> str | None:
     return None
 
@@ -134,6 +140,11 @@ class Framework:
     # the fused attention kernel flash attention runs on a GPU of this compute capability, (training, (major,
     # minor)) -> a perf.ATTENTION_KERNEL_TFLOPS kernel name ("flash-attn-2", "cudnn"); default: PyTorch SDPA's
     attention_kernel: Callable[[Any, tuple[int, int]], str] = _sdpa_flash
+    # whether each chain of element-wise ops between two GEMMs (norm, activation / GLU, residual add, rotary) runs
+    # as one fused kernel that reads its inputs once and writes its outputs once (Transformer Engine's fused
+    # modules, torch.compile's Inductor), training -> bool; default: eager PyTorch, one kernel per aten op
+    # (perf.elementwise_bytes_per_token)
+    elementwise_fused: Callable[[Any], bool] = _eager
     # --- validation messages (TrainingSpec raises them) ---------------------------------------------------------
     amp_refusal: str = ""  # precision amp under a stack without autocast
     chunked_loss_refusal: str = ""  # loss_chunks > 1 under a stack whose loss is not chunked

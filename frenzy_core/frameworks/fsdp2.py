@@ -93,6 +93,16 @@ def attention_kernel(training, compute_capability: tuple[int, int]) -> str:
     return "flash-attn-2"
 
 
+def elementwise_fused(training) -> bool:
+    """Fused under TrainingSpec.compile: torchtitan's apply_compile wraps each TransformerBlock in
+    torch.compile(fullgraph=True) (torchtitan/parallelisms/parallelize_llama.py, pytorch/torchtitan@3f20451b), and
+    Inductor generates one kernel per chain of pointwise / reduction ops between the matmuls, which reads its inputs
+    once and writes its outputs once (Ansel et al., "PyTorch 2", ASPLOS '24, Sec. 5: loop-level IR, "fusion" of
+    pointwise, reduction and scatter nodes into one kernel). Eager otherwise: the block's RMSNorm, SwiGLU, rotary
+    and residual adds run aten op by aten op (perf.elementwise_bytes_per_token)."""
+    return bool(training.compile)
+
+
 FRAMEWORK = Framework(
     name="fsdp2",
     describes=RECIPE.describes,
@@ -113,6 +123,7 @@ FRAMEWORK = Framework(
     switches_label="compile",
     dp_overlap_default=dp_overlap_default,
     attention_kernel=attention_kernel,
+    elementwise_fused=elementwise_fused,
     # tensor parallel: torchtitan's AsyncTP is opt-in (TrainingSpec.tp_comm_overlap)
     zero_stage_refusal="fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {zero_stage}",
     switch_refusal="compile models torchtitan's per-block torch.compile: use framework fsdp2, got {framework}",

@@ -65,6 +65,17 @@ def attention_kernel(training, compute_capability: tuple[int, int]) -> str:
     return "cudnn" if compute_capability >= (9, 0) else "flash-attn-2"
 
 
+def elementwise_fused(training) -> bool:
+    """Fused: Megatron-Core's TE layer spec runs the pre-attention and pre-MLP norms inside TE's LayerNormLinear
+    (megatron/core/extensions/transformer_engine_spec_provider.py, te.pytorch.LayerNormLinear: one layernorm /
+    rmsnorm kernel, transformer_engine/common/normalization), the residual adds as the jit-fused
+    bias_dropout_add (megatron/core/fusions/fused_bias_dropout.py), SwiGLU / GeLU as bias_swiglu_impl /
+    bias_gelu_impl (megatron/core/fusions/fused_bias_swiglu.py, fused_bias_gelu.py) and RoPE with TE's fused kernel
+    (--apply-rope-fusion: assumed on, as the NeMo / Megatron-Bridge recipes are taken to set it; not checked here):
+    each reads its inputs once and writes its outputs once."""
+    return True
+
+
 FRAMEWORK = Framework(
     name="megatron",
     describes=RECIPE.describes,
@@ -87,6 +98,7 @@ FRAMEWORK = Framework(
     dp_overlap_default=dp_overlap_default,
     tp_overlap_default=tp_overlap_default,
     attention_kernel=attention_kernel,
+    elementwise_fused=elementwise_fused,
     amp_refusal="megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32",
     chunked_loss_refusal="megatron's vocab-parallel loss is not chunked: use loss_chunks 1",
     switch_refusal="moe_grouped_gemm is Megatron-Core's --moe-grouped-gemm: use framework megatron, got {framework}",
