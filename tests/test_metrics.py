@@ -143,3 +143,17 @@ def test_paired_comparison_leaves_out_units_where_either_run_is_missing():
     assert c.n == 2 and c.wins == 1 and c.mean_diff == pytest.approx(0.0)
     with pytest.raises(ValueError, match="pair each unit"):
         metrics.paired_comparison([1.0, 2.0], [1.0])
+
+
+def test_paired_comparison_is_significant_only_when_its_interval_leaves_out_zero():
+    pc = metrics.PairedComparison
+    assert not pc(3, 0.0, -0.5, 0.5, 1, 1.0).significant  # holds 0 (its upper end below 1 but above 0)
+    assert not pc(3, 0.5, 0.0, 1.0, 0, 1.2).significant  # touches 0: not excluded
+    assert not pc(3, -0.5, -1.0, 0.0, 3, 0.8).significant
+    assert pc(3, 0.5, 0.1, 0.9, 0, 1.2).significant and pc(3, -0.5, -0.9, -0.1, 3, 0.8).significant
+
+
+def test_paired_comparison_of_no_complete_pair_counts_none():
+    c = metrics.paired_comparison([float("nan"), None], [1.0, 2.0])
+    assert c.n == 0 and c.wins == 0 and not c.significant
+    assert all(math.isnan(v) for v in (c.mean_diff, c.ci_low, c.ci_high, c.ratio_of_means))
