@@ -1,6 +1,9 @@
-"""frenzy-elastic on the sia-apps job model (frenzy_core/policies/frenzy_elastic.py): the grow/shrink/preempt
-invariants of a whole run, memory fit of every allocation, the fitted goodput model against known parameters and
-hand-worked profile rows, and the knowledge labels."""
+"""frenzy-elastic (frenzy_core/policies/frenzy_elastic.py) on both engines. On the sia-apps job model: the
+grow/shrink/preempt invariants of a whole run, memory fit of every allocation, the fitted goodput model against known
+parameters and hand-worked profile rows, and the knowledge labels. On the event engine (the LLM job model): a small
+run's invariants (every job done, no type over-committed, GPU-seconds within the cluster's, every start fits in
+memory with the safety margin), growth when the cluster empties, shrink/preemption when a job arrives, the thrash
+guard, the floor, and determinism."""
 
 from __future__ import annotations
 
@@ -8,11 +11,12 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from frenzy_core.cluster import load_cluster, parse_cluster_yaml
 from frenzy_core.errors import SpecError
-from frenzy_core.policies import REGISTRY
+from frenzy_core.policies import REGISTRY, Preempt, Start
 from frenzy_core.policies.frenzy_elastic import (
     FrenzyElasticOptions,
     FrenzyElasticRounds,
@@ -22,6 +26,9 @@ from frenzy_core.policies.frenzy_elastic import (
 )
 from frenzy_core.rounds import AppJob, AppJobState, layouts_of, simulate_rounds
 from frenzy_core.sia_apps import GoodputModel, PerfParams, fit_perf_params, load_app
+from frenzy_core.simulate import SimOptions, simulate
+from frenzy_core.traces import TraceJob
+from frenzy_core.workload import AnalyticEstimator
 
 ROOT = Path(__file__).resolve().parents[1]
 SIA64 = load_cluster(ROOT / "sample_clusters" / "sia-64.yaml")
@@ -291,9 +298,167 @@ def test_without_batch_adaptation_jobs_run_the_users_batch():
     assert r.completed == 1
 
 
-def test_the_event_engine_refuses_it_clearly():
-    from frenzy_core.simulate import simulate
-    from frenzy_core.traces import TraceJob
+# --- the event engine (the LLM job model, `simulate.simulate`) --------------------------------------------------------
+MIXED = parse_cluster_yaml("""
+name: mixed
+nodes:
+  - {name: a, gpu_type: A100-80GB, num_gpus: 4, count: 2}
+  - {name: t, gpu_type: T4, num_gpus: 4, count: 2}
+""")
+ONE_NODE = parse_cluster_yaml("nodes: [{name: a, gpu_type: A100-80GB, num_gpus: 4}]")
 
-    with pytest.raises(SpecError, match="round engine"):
-        simulate([TraceJob("j", 0.0, 1, 600.0)], SIA64, "frenzy-elastic")
+
+def _busy(n: int = 16, seed: int = 3) -> list[TraceJob]:
+    """Jobs of 1-8 GPUs arriving faster than they finish on MIXED, so jobs wait, grow, shrink and are preempted."""
+    rng = np.random.default_rng(seed)
+    return [TraceJob(f"b{i}", float(90 * i + rng.integers(0, 50)), int(rng.choice([1, 2, 4, 8])),
+                     float(rng.integers(600, 5400))) for i in range(n)]
+
+
+def _recorded_event_run(policy: str, jobs, cluster, opts=None):
+    """One event-engine run of `policy` through a subclass that records every decision as (time, decisions)."""
+    log = []
+    base = REGISTRY[policy]
+
+    class Recording(base):
+        def decide(self, view):
+            out = super().decide(view)
+            log.append((view.now_s, out))
+            return out
+
+    opts = opts or SimOptions(estimator=AnalyticEstimator())
+    mp = pytest.MonkeyPatch()
+    mp.setitem(REGISTRY, "_recording", Recording)
+    try:
+        result = simulate(jobs, cluster, "_recording", options=opts)
+    finally:
+        mp.undo()
+    return result, log
+
+
+@pytest.fixture(scope="module", params=["frenzy-elastic", "frenzy-elastic-srpt"])
+def event_run(request):
+    return (request.param, *_recorded_event_run(request.param, _busy(), MIXED))
+
+
+def test_both_run_on_the_event_engine_and_the_registry_contract_covers_them():
+    from frenzy_core.policies import EVENT_POLICIES
+
+    assert {"frenzy-elastic", "frenzy-elastic-srpt"} <= set(EVENT_POLICIES)
+    assert REGISTRY["frenzy-elastic"].event_engine and REGISTRY["frenzy-elastic-srpt"].event_engine
+    import tests.test_policies as contract
+
+    assert {"frenzy-elastic", "frenzy-elastic-srpt"} <= set(contract.EVENT_POLICIES)
+    assert {"frenzy-elastic", "frenzy-elastic-srpt"} <= set(contract.ROUND_POLICIES)  # the round engine's stays
+
+
+def test_event_run_completes_every_job_and_never_over_commits_the_cluster(event_run):
+    """The simulator refuses any start on GPUs that are not free; on the result: every job done, busy GPUs per type
+    within the type's capacity at every instant, and GPU-seconds charged at most the cluster's GPUs x makespan."""
+    _, result, log = event_run
+    assert result.completed == len(_busy()) and (result.jobs["state"] == "done").all()
+    cap = np.array([8, 8])  # A100-80GB, T4, in the cluster's type order
+    assert (result.util_busy <= cap).all() and (result.util_busy >= 0).all()
+    assert result.jobs["gpu_hours"].sum() * 3600.0 <= MIXED.total_gpus * result.makespan_s * (1 + 1e-9)
+    assert result.metrics()["restarts"] > 0  # it did move or preempt jobs
+
+
+def test_event_run_only_starts_plans_that_fit_in_memory_with_the_safety_margin(event_run):
+    _, _, log = event_run
+    margin = SimOptions().safety_margin
+    starts = [d for _, out in log for d in out if isinstance(d, Start)]
+    assert starts
+    for d in starts:
+        assert d.plan.memory_bytes <= d.plan.gpu_memory_bytes * (1.0 - margin)
+        assert d.plan.num_gpus in (1, 2, 4, 8) and d.placement.gpu_type == d.plan.gpu_type
+
+
+def test_event_run_is_deterministic_per_seed():
+    opts = SimOptions(estimator=AnalyticEstimator())
+    for name in ("frenzy-elastic", "frenzy-elastic-srpt"):
+        a = simulate(_busy(), MIXED, name, seed=2, options=opts)
+        b = simulate(_busy(), MIXED, name, seed=2, options=opts)
+        pd.testing.assert_frame_equal(a.jobs_frame(), b.jobs_frame())
+        assert a.policy_stats.keys() == b.policy_stats.keys()
+        assert a.policy_stats["elastic_moves"] == b.policy_stats["elastic_moves"]
+
+
+def _gpus_over_time(log, job: int) -> list[tuple[float, int]]:
+    """(time, GPUs) of each of the job's starts, and (time, 0) at each of its preemptions."""
+    out = []
+    for t, decisions in log:
+        for d in decisions:
+            if d.job == job and isinstance(d, Start):
+                out.append((t, d.plan.num_gpus))
+            elif d.job == job and isinstance(d, Preempt):
+                out.append((t, 0))
+    return out
+
+
+@pytest.mark.parametrize("name", ["frenzy-elastic", "frenzy-elastic-srpt"])
+def test_a_job_grows_when_the_cluster_empties(name):
+    """A (long) and B (short) arrive together on one 4-GPU node and share it, 2 + 2; when B ends, A is re-planned
+    onto all 4 GPUs (one restart)."""
+    jobs = [TraceJob("A", 0.0, 2, 20000.0), TraceJob("B", 0.0, 2, 1200.0)]
+    r, log = _recorded_event_run(name, jobs, ONE_NODE)
+    assert r.completed == 2
+    a = _gpus_over_time(log, 0)
+    if name == "frenzy-elastic":  # no size knowledge: both start at once, 2 GPUs each
+        assert a[0] == (0.0, 2) and _gpus_over_time(log, 1) == [(0.0, 2)]
+        b_end = r.jobs["finish_s"][1]
+        assert (b_end, 0) in a and (b_end, 4) in a  # preempted and restarted larger when B ended
+        assert list(r.jobs["restarts"]) == [1, 0]
+    assert max(n for _, n in a) == 4 and r.jobs["num_gpus"][0] == 4
+
+
+@pytest.mark.parametrize("name", ["frenzy-elastic", "frenzy-elastic-srpt"])
+def test_a_running_job_shrinks_or_is_preempted_when_a_new_job_arrives(name):
+    """A takes the whole node alone; B arrives at 3000 s (A past its guard) and starts at once on GPUs A held: A is
+    shrunk or preempted, and is back on the whole node once B is done."""
+    jobs = [TraceJob("A", 0.0, 4, 36000.0), TraceJob("B", 3000.0, 1, 1800.0)]
+    r, log = _recorded_event_run(name, jobs, ONE_NODE)
+    assert r.completed == 2
+    a = _gpus_over_time(log, 0)
+    assert a[0] == (0.0, 4)
+    assert r.jobs["start_s"][1] == 3000.0
+    at_arrival = [n for t, n in a if t == 3000.0]
+    assert at_arrival and min(at_arrival) < 4  # shrunk (a smaller restart) or preempted (0)
+    assert r.jobs["num_gpus"][0] == 4 and r.jobs["restarts"][0] >= 1
+    assert r.jobs["finish_s"][1] < r.jobs["finish_s"][0]
+
+
+def test_a_job_within_its_thrash_guard_keeps_its_gpus_until_the_guard_ends():
+    """B arrives at 300 s, while A (started at 0) is inside `SimOptions.preempt_min_run_s` (600 s): B waits, and the
+    policy's wake-up at the guard's end (on the 60 s grid) gives it GPUs then."""
+    jobs = [TraceJob("A", 0.0, 4, 36000.0), TraceJob("B", 300.0, 1, 1800.0)]
+    r, log = _recorded_event_run("frenzy-elastic", jobs, ONE_NODE)
+    assert r.jobs["start_s"][1] == 600.0
+    assert all(not isinstance(d, Preempt) for t, out in log if t < 600.0 for d in out)
+
+
+def test_event_options_default_to_the_tuned_floor_and_srpt_comes_from_the_class():
+    from frenzy_core.policies.frenzy_elastic import EVENT_EFFICIENCY_FLOOR, FrenzyElasticPolicy
+
+    assert FrenzyElasticPolicy.event_options.efficiency_floor == EVENT_EFFICIENCY_FLOOR
+    assert FrenzyElasticPolicy.event_options.srpt is False and REGISTRY["frenzy-elastic-srpt"].srpt is True
+
+
+def test_a_higher_event_floor_spends_fewer_gpu_hours():
+    from frenzy_core.policies.frenzy_elastic import FrenzyElasticPolicy
+
+    class Lean(FrenzyElasticPolicy):
+        event_options = FrenzyElasticOptions(efficiency_floor=0.5)
+
+    class Greedy(FrenzyElasticPolicy):
+        event_options = FrenzyElasticOptions(efficiency_floor=0.0)
+
+    opts = SimOptions(estimator=AnalyticEstimator())
+    mp = pytest.MonkeyPatch()
+    mp.setitem(REGISTRY, "_lean", Lean)
+    mp.setitem(REGISTRY, "_greedy", Greedy)
+    try:
+        lean, greedy = (simulate(_busy(), MIXED, n, options=opts) for n in ("_lean", "_greedy"))
+    finally:
+        mp.undo()
+    assert lean.completed == greedy.completed == len(_busy())
+    assert lean.jobs["gpu_hours"].sum() < greedy.jobs["gpu_hours"].sum()

@@ -215,16 +215,17 @@ def test_scenario_sections_accept_their_boundary_values_and_refuse_just_past_the
             PlanGoal(**{name: 0})
 
 
-def test_round_engine_policies_and_unknown_names_are_refused_for_the_llm_job_model():
-    """frenzy-elastic runs on the round engine only (`--job-model sia-apps`): a scenario's simulation and what-if,
-    which run the LLM job model, refuse it by name, as they refuse an unknown policy."""
-    from frenzy_core.policies import EVENT_POLICIES, REGISTRY
+def test_unknown_policy_names_are_refused_for_the_llm_job_model_and_every_event_policy_is_taken():
+    """A scenario's simulation and what-if run the LLM job model (the event engine): they take every policy that
+    engine runs (frenzy-elastic too, since it gained an event version) and refuse any other name, naming the field."""
+    from frenzy_core.policies import EVENT_POLICIES
     from frenzy_core.scenario import SimulationSpec, WhatIfSpec
 
-    assert "frenzy-elastic" in REGISTRY and "frenzy-elastic" not in EVENT_POLICIES and "frenzy" in EVENT_POLICIES
-    for bad in ("frenzy-elastic", "nope"):
-        with pytest.raises(ValueError, match="LLM job model"):
-            SimulationSpec(policies=(bad,))
-        with pytest.raises(ValueError, match="LLM job model"):
-            WhatIfSpec(policy=bad)
+    assert {"frenzy", "frenzy-elastic", "frenzy-elastic-srpt"} <= set(EVENT_POLICIES)
+    assert SimulationSpec(policies=("frenzy-elastic", "sia")).policies == ("frenzy-elastic", "sia")
+    assert WhatIfSpec(policy="frenzy-elastic-srpt").policy == "frenzy-elastic-srpt"
+    with pytest.raises(ValueError, match="LLM job model"):
+        SimulationSpec(policies=("nope",))
+    with pytest.raises(ValueError, match="LLM job model"):
+        WhatIfSpec(policy="nope")
     assert WhatIfSpec(policy="sia").policy == "sia"

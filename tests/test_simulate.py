@@ -55,7 +55,7 @@ def _golden_trace():
 def _golden_runs() -> pd.DataFrame:
     cluster = parse_cluster_yaml(GOLDEN_CLUSTER, source="golden.yaml")
     frames = []
-    for policy in sorted(EVENT_POLICIES):  # the event engine's policies (frenzy-elastic runs on rounds)
+    for policy in sorted(EVENT_POLICIES):  # every policy the event engine runs
         r = simulate(_golden_trace(), cluster, policy, seed=0, options=OPTS)
         frames.append(r.jobs_frame()[["job_id", "model", "gpu_type", "num_gpus", "jct_s"]].assign(policy=policy))
     return pd.concat(frames, ignore_index=True)[["policy", "job_id", "model", "gpu_type", "num_gpus", "jct_s"]]

@@ -28,8 +28,8 @@ REGISTRY: dict[str, type[Policy]] = {
     "gavel": GavelPolicy,
 }
 
-# the policies the event engine runs (the LLM job model: `simulate`, the pages, what-ifs and scenarios); the others
-# (frenzy-elastic) run on the round engine only, `frenzy simulate --job-model sia-apps`
+# the policies the event engine runs (the LLM job model: `simulate`, the pages, what-ifs and scenarios); a policy with
+# `event_engine = False` would run on the round engine only (`frenzy simulate --job-model sia-apps`); none does today
 EVENT_POLICIES: tuple[str, ...] = tuple(name for name, cls in REGISTRY.items() if cls.event_engine)
 
 __all__ = ["EVENT_POLICIES", "REGISTRY", "Decision", "Policy", "PolicyContext", "Preempt", "Reject", "SchedulerView", "Start"]

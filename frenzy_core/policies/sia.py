@@ -23,6 +23,7 @@ Every solve is timed (`stats()`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import LinearConstraint, milp
@@ -111,7 +112,9 @@ class SiaPolicy(Policy):
         self._matrix = throughput_matrix(self.ctx, allkeys, opts.sia_max_gpus, opts.safety_margin)
         self._rows = {k: i for i, k in enumerate(allkeys)}
 
-    def utilities(self, view: SchedulerView, jobs: list[int]) -> np.ndarray:
+    def tokens_per_s(self, view: SchedulerView, jobs: list[int]) -> np.ndarray:
+        """tokens/s of each job on every option (the shared ThroughputMatrix of MARP's memory-feasible plans); 0
+        where nothing fits, or after an out-of-memory crash where the plan is not predicted to need less."""
         keys = [class_key(view.jobs[j].job) for j in jobs]
         self._ensure_rows(keys)
         m = self._matrix
@@ -122,6 +125,10 @@ class SiaPolicy(Policy):
             if limit is not None:  # it crashed out of memory: only options predicted to need less remain
                 x[r] = [v if p is not None and p.memory_bytes < limit else 0.0
                         for v, p in zip(x[r], m.plans[rows[r]], strict=True)]
+        return x
+
+    def utilities(self, view: SchedulerView, jobs: list[int]) -> np.ndarray:
+        x = self.tokens_per_s(view, jobs)
         best = x.max(axis=1, keepdims=True)
         util = np.divide(x, best, out=np.zeros_like(x), where=best > 0)
         pen = 1.0 - self.ctx.options.sia_restart_penalty
@@ -188,15 +195,20 @@ class SiaPolicy(Policy):
         return choice
 
     def _place(self, view: SchedulerView, jobs: list[int], n_running: int, choice, moved: dict) -> dict[int, Start]:
+        return self._place_in(view, jobs, n_running, choice, moved)[0]
+
+    def _place_in(self, view: SchedulerView, jobs: list[int], n_running: int, choice, moved: dict,
+                  also_free: Sequence[int] = ()) -> tuple[dict[int, Start], np.ndarray]:
         """New allocations, largest first (ties: running, then queue order), placed with HAS's node choice on the
         chosen type, in the free GPUs plus those of the moved jobs. A moved job whose new allocation does not fit
         keeps its GPUs, and the placement is redone without freeing them, until every moved job is placed: at most
         one pass per moved job. A running job the ILP gives nothing is not suspended either (it has no new
         allocation to place; suspending it let two jobs swap places every round, each paying a restart, and never
-        train). Shrinks `moved` in place; returns the starts."""
+        train). Shrinks `moved` in place; returns the starts (and, from `_place_in`, the GPUs left free, `also_free`
+        jobs' GPUs counted free)."""
         while True:
             work = np.array(view.free)
-            for j in moved:
+            for j in (*moved, *also_free):  # also_free: running jobs whose GPUs the new allocations may take
                 for node, n in view.jobs[j].placement.nodes:
                     work[node] += n
             new = [(r, j) for r, j in enumerate(jobs) if choice[r] >= 0 and (j in moved or r >= n_running)]
@@ -213,7 +225,7 @@ class SiaPolicy(Policy):
                 starts[j] = Start(j, scale_plan(plan, view.jobs[j].job.tokens), pl)
             stuck = [j for j in moved if j not in starts]
             if not stuck:
-                return starts
+                return starts, work
             self.kept_unplaceable += len(stuck)
             for j in stuck:
                 del moved[j]
