@@ -31,13 +31,12 @@ from frenzy_core.recipes import FRAMEWORKS, TORCH_CROSS_ENTROPY_BYTES, Recipe, b
 from frenzy_core.training import (
     DEEPSPEED_FIELDS,
     Parallelism,
+    PipelineStages,
     PrecisionSetup,
     TrainingSpec,
-    bounding_stages,
     check_parallelism,
     expert_tp_array,
     stage_layer_counts,
-    stage_leading_layers,
 )
 
 GIB = 1024**3
@@ -157,6 +156,9 @@ class MemoryBreakdown:
 
 
 _COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "transient")
+# `_detailed` evaluates all bounding stages in one pass while (stages x splits) holds at most this many elements, and
+# stage by stage above (bench/plans.py's grids: the one pass wins at 4,500 elements, loses at 12,500)
+STAGES_AT_ONCE_ELEMENTS = 8192
 _PHASES = ("optimizer-step", "backward-start", "backward-recompute")
 
 
@@ -360,16 +362,15 @@ def _gpu_reports(spec: OverheadSpec, num_gpus, tensors, method, stream_pools=0):
 
 
 def _stage_allocated(model, training, par, stages, overhead):
-    """Allocated peak (tensors + workspaces) of each pipeline stage in `stages`, for one split."""
-    peaks = []
+    """Allocated peak (tensors + workspaces) of each pipeline stage in `stages`, for one split: one evaluation with
+    the stages as an array (each element is that stage's own peak over the phases)."""
     split = (np.int64(par.dp), np.int64(par.tp), np.int64(par.pp), np.int64(training.micro_batch))
-    for stage in stages:
-        parts, _ = _detailed(
-            model, training, *split, stages=(np.float64(stage),), cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp,
-            first=par.first_stage_layers, last=par.last_stage_layers,
-        )
-        peaks.append(sum(int(np.rint(parts[k])) for k in _COMPONENTS) + overhead.workspace_bytes)
-    return peaks
+    parts, _ = _detailed(
+        model, training, *split, stages=(np.asarray(stages, dtype=np.float64),), cp=par.cp, vp=par.vp, ep=par.ep,
+        etp=par.etp, first=par.first_stage_layers, last=par.last_stage_layers,
+    )
+    rounded = [np.broadcast_to(np.rint(parts[k]), np.shape(stages)).tolist() for k in _COMPONENTS]
+    return [sum(int(v) for v in stage) + overhead.workspace_bytes for stage in zip(*rounded, strict=True)]
 
 
 # --- method="paper" ------------------------------------------------------------------------------------------------
@@ -692,15 +693,17 @@ def model_state_bytes(
     return weights, gradients, optimizer
 
 
-def _stage_layers(model: ModelSpec, p, stage, first=0, last=0, vp=1):
+def _stage_layers(model: ModelSpec, p, stage, first=0, last=0, vp=1, n=None, pipeline: PipelineStages | None = None):
     """(dense layers, MoE layers) on pipeline stage `stage` of p: its `training.stage_layer_counts` share (the
     uneven first / last stages' own counts, else num_layers / p), in Megatron's order (`stage_leading_layers`:
     without interleaving stage s holds consecutive layers, as `ModelSpec.layers_parameters(start, stop)` splits
-    them; DeepSeek's first_k_dense layers sit on stage 0)."""
-    n = stage_layer_counts(model.num_layers, p, stage, first, last)
+    them; DeepSeek's first_k_dense layers sit on stage 0). `n` (that share) and `pipeline` (the layout's
+    `PipelineStages`): what the caller has already."""
+    pipeline = PipelineStages(model.num_layers, p, first, last, vp) if pipeline is None else pipeline
+    n = pipeline.counts(stage) if n is None else n
     if not model.is_moe:
         return n, 0.0 * n
-    dense = stage_leading_layers(model.num_layers, model.first_k_dense, p, stage, first, last, vp)
+    dense = pipeline.leading(model.first_k_dense, stage)
     return dense, n - dense
 
 
@@ -718,7 +721,8 @@ def _layer_weights(model: ModelSpec, t, ep=1, etp=None):
     return dense, moe
 
 
-def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None, layout=(0, 0, 1)):
+def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None, layout=(0, 0, 1), stage_layers=None,
+                      layer_weights=None):
     """(dense parameters, expert parameters, autocast-castable parameters) on pipeline stage `stage` of p.
 
     Megatron splits each layer's linears and the (vocab-parallel) embedding and LM head by t; norms and learned
@@ -728,12 +732,14 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None, layout=(0, 
     split by t is off by h per layer (negligible). MoE experts are split over ep x etp (Megatron's expert parallelism,
     expert_tensor_parallel_size defaulting to t: megatron/core/transformer/moe/experts.py), the router and shared
     experts by t. Each stage counts its own layers (`_stage_layers`, `layout` = (first, last, vp)): dense-first MoE
-    models and uneven pipeline stages differ per stage.
+    models and uneven pipeline stages differ per stage. `stage_layers` (`_stage_layers`' answer) and `layer_weights`
+    (`_layer_weights(model, t)`'s) spare the caller's loop over stages recomputing them.
     """
     h, V = model.hidden_size, model.vocab_size
-    n_dense, n_moe = _stage_layers(model, p, stage, *layout)
+    n_dense, n_moe = _stage_layers(model, p, stage, *layout) if stage_layers is None else stage_layers
     routed = model.routed_expert_parameters() if model.is_moe else 0
-    dense_layer, moe_layer = _layer_weights(model, t)  # ep = 1: the routed experts are added below, split by ep
+    # ep = 1: the routed experts are added below, split by ep
+    dense_layer, moe_layer = _layer_weights(model, t) if layer_weights is None else layer_weights
     moe_layer_no_experts = moe_layer - routed / t
     layer_replicated = 2 * model.norm_parameters()
     word_embedding = V * h
@@ -741,24 +747,24 @@ def _stage_parameters(model: ModelSpec, t, p, stage, ep=1, etp=None, layout=(0, 
     final_norm = model.norm_parameters()
     first, last, single = stage == 0, stage == p - 1, p == 1
     layers = n_dense * dense_layer + n_moe * moe_layer_no_experts
+    embedding_share = word_embedding / t  # the vocab-parallel embedding's (or LM head's) rows on this GPU
     # the LM head: an untied one, or the last stage's copy of a tied one (p == 1: the embedding itself)
-    own_head = np.where(model.tie_embeddings & single, 0.0, word_embedding / t)
-    params = layers + np.where(first, word_embedding / t + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
+    own_head = np.where(model.tie_embeddings & single, 0.0, embedding_share)
+    params = layers + np.where(first, embedding_share + positions, 0.0) + np.where(last, final_norm + own_head, 0.0)
     # autocast casts the linears and the LM head's weight (tied: the embedding matrix, used by F.linear)
     expert_params = n_moe * routed / (ep * (t if etp is None else etp))
     castable = (
         n_dense * (dense_layer - layer_replicated) + n_moe * (moe_layer_no_experts - layer_replicated)
-        + expert_params + np.where(last, word_embedding / t, 0.0)
+        + expert_params + np.where(last, embedding_share, 0.0)
     )
     return params, expert_params, castable
 
 
-def _candidate_stages(model: ModelSpec, p, first=0, last=0, vp=1):
+def _candidate_stages(model: ModelSpec, pipeline: PipelineStages):
     """Stages that bound every stage's peak (`training.bounding_stages`): the first (most micro-batches in flight),
     the first middle one when the first stage has its own layer count, for dense-first MoE models the stage holding
     layer first_k_dense and the next (the first stages with MoE layers), and the last (LM head)."""
-    leading = model.first_k_dense if model.is_moe else 0
-    return bounding_stages(model.num_layers, leading, p, first, last, vp)
+    return pipeline.bounding(model.first_k_dense if model.is_moe else 0)
 
 
 def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=None, cp=1, vp=1, ep=1, etp=0, first=0,
@@ -864,19 +870,33 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
 
     first_layers, last_layers = (np.asarray(x).astype(np.float64) for x in (first, last))
     layout = (first_layers, last_layers, v)  # the uneven first / last stages' layers, and vp for the layers' order
+    pipeline = PipelineStages(model.num_layers, p, *layout)
     if stages is None:  # these stages bound every stage (a middle one has fewer of both)
-        stages = _candidate_stages(model, p, *layout)
-    candidates = []
-    for stage in stages:
+        stages = _candidate_stages(model, pipeline)
+    # the same for every stage: each layer's parameters per GPU (with ep = 1, and split over ep x etp), and the
+    # experts' shard
+    weights_t, weights_ep = _layer_weights(model, t), _layer_weights(model, t, e, et)
+    expert_shard = shard * t / (e * et)
+    shape = np.broadcast_shapes(np.shape(d), *(np.shape(st) for st in stages))
+    stage_all = np.stack([np.broadcast_to(np.asarray(st, dtype=np.float64), shape) for st in stages])
+    # Every bounding stage at once (a leading axis of stages in front of the splits' shape: one array operation per
+    # term for all of them) while that stays small; one stage at a time on larger grids, where the operations
+    # between (stages x splits) and (splits) arrays cost more than the calls they save. Element by element the
+    # arithmetic is the same either way.
+    at_once = stage_all.size <= STAGES_AT_ONCE_ELEMENTS
+    by_group = []
+    for stage in [stage_all] if at_once else list(stage_all):
         last = stage == p - 1
         in_flight = np.minimum(p - stage, micro_batches)  # 1F1B: stage i holds min(p - i, m) (Narayanan 2021)
-        layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage, first_layers, last_layers)
+        stage_count = pipeline.counts(stage)
+        layers_in_flight = in_flight_layers(model.num_layers, p, v, micro_batches, stage, first_layers, last_layers,
+                                            stage_count)
         # the stage's mix of dense and MoE layers (DeepSeek: first_k_dense dense layers on the first stages)
-        n_dense, n_moe = _stage_layers(model, p, stage, *layout)
+        stage_split = n_dense, n_moe = _stage_layers(model, p, stage, n=stage_count, pipeline=pipeline)
         moe_share = n_moe / (n_dense + n_moe)
         layer_bytes = np.where(n_moe > 0, np.maximum(dense_terms[0], moe_terms[0]), dense_terms[0])  # recomputed
         kept_layer = (1 - moe_share) * dense_terms[1] + moe_share * moe_terms[1]
-        params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et, layout)
+        params, expert_params, castable = _stage_parameters(model, t, p, stage, e, et, layout, stage_split, weights_t)
         if training.activation_offload:
             # torchtune training/_activation_offloading.py OffloadActivations (at bd2a0fc7): every saved tensor of
             # >= 1 KiB that is not a parameter goes to the host in forward and is brought back for its backward;
@@ -889,8 +909,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         logits = np.where(last, np.maximum(loss_buffers, head_grad), 0.0)
 
         # experts' states shard over the expert-data-parallel group: tp x dp x cp / (etp x ep) ranks, dp x cp / ep
-        # with etp = t (parallel_state initialize_model_parallel, get_expert_data_parallel_group)
-        expert_shard = shard * t / (e * et)
+        # with etp = t (parallel_state initialize_model_parallel, get_expert_data_parallel_group): expert_shard
         dense_states = model_state_bytes(params, ps, opt_state, shard_optimizer, shard)
         expert_states = model_state_bytes(expert_params, ps, opt_state, shard_optimizer, expert_shard)
         weights, grads, optimizer = (a + x for a, x in zip(dense_states, expert_states, strict=True))
@@ -931,8 +950,8 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "weights": weights,
             "gradients": step_grads,
             "optimizer": optimizer,
-            "activations": 0.0 * acts,
-            "logits": 0.0 * acts,
+            "activations": 0.0,
+            "logits": 0.0,
             "transient": step_transient,
             "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, step_grads),
         }
@@ -945,7 +964,7 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
         grads_alive = grads if grads_persist else np.where(micro_batches > 1, grads, 0.0)
         copies_at_loss, one_layer_copies = _compute_copies(
             model, recipe, ps, zero, t, p, castable, last, full_recompute, e, stage, et, shard, offload == "params",
-            layout,
+            layout, stage_split, weights_ep,
         )
         if training.base_quant != "none":
             # bitsandbytes MatMul4Bit dequantizes one NF4 weight at a time (again in backward): no cached copies;
@@ -972,28 +991,48 @@ def _detailed(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, stages=No
             "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads_alive),
         }
         # Recomputing a checkpointed layer in backward: its full activations once, the output gradient, its copies.
-        recompute = {
-            "weights": weights,
-            "gradients": grads_alive,
-            "optimizer": optimizer,
-            "activations": acts + (layer_bytes - kept_layer if full_recompute else 0.0),
-            "logits": np.where(last, tokens * act * h / sp_divisor, 0.0) if full_recompute else 0.0 * acts,
-            "transient": (copies_at_loss + one_layer_copies + buckets) if full_recompute else 0.0 * acts,
-            "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads_alive) if full_recompute else 0.0 * acts,
-        }
-        if not full_recompute:
-            recompute = {k: 0.0 * acts for k in recompute}
+        recompute = dict.fromkeys(backward_start, 0.0)  # no layer is recomputed: never the peak
+        if full_recompute:
+            recompute = {
+                "weights": weights,
+                "gradients": grads_alive,
+                "optimizer": optimizer,
+                "activations": acts + (layer_bytes - kept_layer),
+                "logits": np.where(last, tokens * act * h / sp_divisor, 0.0),
+                "transient": copies_at_loss + one_layer_copies + buckets,
+                "stream_pools": _idle_pools(reduce_scatter_pool, all_gather_pool, grads_alive),
+            }
         for phase in (optimizer_step, backward_start, recompute) if full_recompute else (optimizer_step, backward_start):
             phase["transient"] = phase["transient"] + moe_buffers  # allocated once, alive in every phase
-        candidates += [optimizer_step, backward_start, recompute]
+        by_group.append((optimizer_step, backward_start, recompute))
+    # the candidates stage by stage, each stage's phases in _PHASES order: (phase, stage row of the one pass or None)
+    if at_once:
+        candidates = [(phase, i) for i in range(len(stages)) for phase in by_group[0]]
+        sums = [np.broadcast_to(sum(phase.values()), stage_all.shape) for phase in by_group[0]]
+        totals = [sums[j][i] for i in range(len(stages)) for j in range(len(_PHASES))]
+    else:
+        candidates = [(phase, None) for group in by_group for phase in group]
+        totals = [np.broadcast_to(sum(phase.values()), shape) for phase in (c for c, _ in candidates)]
+    # each candidate's sum broadcasts by itself (the same additions, in the same order, as on broadcast copies);
+    # candidates along the last axis: a contiguous argmax
+    best = np.argmax(np.stack(totals, axis=-1), axis=-1)
 
-    shape = np.broadcast_shapes(np.shape(d), *(np.shape(st) for st in stages))
-    totals = np.stack([sum(np.broadcast_to(v, shape) for v in c.values()) for c in candidates])
-    best = np.argmax(totals, axis=0)
-    parts = {
-        k: np.choose(best, [np.broadcast_to(np.asarray(c[k], dtype=np.float64), shape) for c in candidates])
-        for k in (*_COMPONENTS, "stream_pools")
-    }
+    def component(i: int, k: str) -> np.ndarray:
+        """Component k of candidate i, over the splits' shape."""
+        phase, row = candidates[i]
+        value = np.asarray(phase[k], dtype=np.float64)
+        return np.broadcast_to(value, shape) if row is None else np.broadcast_to(value, stage_all.shape)[row]
+
+    # the parts of the candidate that is the peak, element by element, among those that are the peak somewhere (a
+    # few of the stages x phases)
+    chosen = np.flatnonzero(np.bincount(best.ravel(), minlength=len(candidates))) if best.size else [0]
+    masks = [best == i for i in chosen[:-1]]
+    parts = {}
+    for k in (*_COMPONENTS, "stream_pools"):
+        part = component(chosen[-1], k)
+        for i, mask in zip(chosen[:-1], masks, strict=True):
+            part = np.where(mask, component(i, k), part)
+        parts[k] = part
     return parts, best % len(_PHASES)
 
 
@@ -1062,7 +1101,7 @@ def _autocast_copy_bytes(recipe: Recipe, ps: PrecisionSetup) -> int:
 
 
 def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recompute, ep, stage, etp=None, shard=2.0,
-                    params_offloaded=False, layout=(0, 0, 1)):
+                    params_offloaded=False, layout=(0, 0, 1), stage_layers=None, layer_weights=None):
     """(weight copies in the compute dtype at backward start, copies of the one layer being recomputed).
 
     Without ZeRO-3: autocast's cached bf16 copy of every castable weight on the stage, held by autograd; under full
@@ -1074,12 +1113,13 @@ def _compute_copies(model, recipe, ps, zero, t, p, castable, last, full_recomput
     stage3_max_live_parameters elements (DeepSpeed); on the last stage the LM head's unit too. The second value is
     what a recomputed layer adds: its autocast copies, or (FSDP2) the prefetched block not yet gathered at the loss.
     DeepSpeed over `shard` = 1 rank gathers nothing (the partition is the whole parameter) unless the partition is
-    offloaded to the CPU (NoGatherHandle copies it to the GPU).
+    offloaded to the CPU (NoGatherHandle copies it to the GPU). `stage_layers` / `layer_weights`: `_stage_layers`'
+    and `_layer_weights(model, t, ep, etp)`'s answers, when the caller has them already.
     """
     copy_bytes = _autocast_copy_bytes(recipe, ps)
     head = np.where(last, model.vocab_size * model.hidden_size / t, 0.0)
-    n_dense, n_moe = _stage_layers(model, p, stage, *layout)
-    dense_layer, moe_layer = _layer_weights(model, t, ep, etp)
+    n_dense, n_moe = _stage_layers(model, p, stage, *layout) if stage_layers is None else stage_layers
+    dense_layer, moe_layer = _layer_weights(model, t, ep, etp) if layer_weights is None else layer_weights
     largest = np.where(n_moe > 0, np.maximum(dense_layer, moe_layer), dense_layer)  # the stage's largest layer
     layer_castable = largest - 2 * model.norm_parameters()
     if zero < 3:
@@ -1400,7 +1440,7 @@ def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp3
     return saved + (per_logit - saved) / chunks
 
 
-def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last=0):
+def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last=0, layers=None):
     """Layers whose activations pipeline rank `stage` holds at once (the micro-batches it has in flight x layers).
 
     1F1B (Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2): rank i runs p - i forwards before its first
@@ -1409,7 +1449,8 @@ def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last
     (megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving):
     num_warmup = (p - i - 1) x 2 + (vp - 1) x p chunk-forwards (capped by m x vp), plus the one in progress, each of
     n_i / vp layers; on rank 0 of an even split that is num_layers x (1 + (p - 1) / (p vp)), Megatron's
-    theoretical_memory_usage.py interleaved_schedule_memory_penalty.
+    theoretical_memory_usage.py interleaved_schedule_memory_penalty. `layers`: the stage's
+    `training.stage_layer_counts`, when the caller has it already.
 
     >>> [float(in_flight_layers(12, 4, vp, 8, rank)) for vp, rank in ((1, 0), (3, 0), (3, 3))]
     [12.0, 15.0, 9.0]
@@ -1417,8 +1458,10 @@ def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last
     112.0
     """
     p, vp, m, stage = (np.asarray(x, dtype=np.float64) for x in (p, vp, micro_batches, stage))
-    layers = stage_layer_counts(num_layers, p, stage, first, last)
+    layers = stage_layer_counts(num_layers, p, stage, first, last) if layers is None else layers
     plain = np.minimum(p - stage, m) * layers
+    if not (vp > 1).any():
+        return plain
     warmup = (p - stage - 1) * 2 + (vp - 1) * p
     interleaved = np.minimum(warmup + 1, m * vp) * layers / vp
     return np.where(vp > 1, interleaved, plain)

@@ -382,56 +382,49 @@ def _layouts(num_layers: int, v_all: tuple[int, ...], uneven: bool, top: int) ->
     return tuple(rows)
 
 
-def _best_within(group: np.ndarray, score: np.ndarray, rtol: float, *ties: np.ndarray) -> np.ndarray:
-    """Row indices, one per group (ascending group): among the rows whose score is within rtol (relative) of the
-    group's smallest, the first by `ties` (most significant first, ascending).
-
-    >>> _best_within(np.array([0, 0, 0, 1]), np.array([1.0, 1.005, 2.0, 3.0]), 0.01, np.array([2, 1, 0, 0])).tolist()
-    [1, 3]
-    """
-    if not len(group):
-        return np.zeros(0, dtype=np.int64)
-    order = np.lexsort((score, group))
-    g = group[order]
-    start = np.r_[True, g[1:] != g[:-1]]
-    s = score[order]
-    lowest = s[start][np.cumsum(start) - 1]
-    near = order[s <= lowest + rtol * np.abs(lowest)]  # each group's prefix within rtol of its smallest
-    pick = near[np.lexsort((*(t[near] for t in reversed(ties)), group[near]))]
-    gp = group[pick]
-    return pick[np.r_[True, gp[1:] != gp[:-1]]]
-
-
-def _plan_per_cell(rows: np.ndarray, cell: np.ndarray, split: np.ndarray, step: np.ndarray, tie: np.ndarray,
+def _plan_per_cell(cell: np.ndarray, split: np.ndarray | None, step: np.ndarray, tie: np.ndarray,
                    simple: np.ndarray | None) -> np.ndarray:
-    """The plan rows (ascending cell) among the fitting `rows`: per split (rows equal but for the pipeline layout),
-    the simplest layout (smallest `simple`: fewest chunks, then the evenest stages) within VP_TOLERANCE of the
-    split's fastest; then per (d, t, p, cp) cell the fastest of those, steps within SPEED_RTOL tying, won by the
-    smallest `tie` (a rank: memory, ep, vp, layout, micro-batch). `simple` None: one layout per split. One sort.
+    """Positions of the plan rows, one per cell, in the order the cells come: rows grouped by cell (ascending) and
+    inside a cell by split (rows equal but for the pipeline layout), each cell and each split one contiguous run.
+    Per split the simplest layout (smallest `simple`, which no two rows of a split share: fewest chunks, then the
+    evenest stages) within VP_TOLERANCE of the split's fastest; then per (d, t, p, cp) cell the fastest of those,
+    steps within SPEED_RTOL tying, won by the smallest `tie` (a rank, no two rows equal: memory, ep, vp, layout,
+    micro-batch). `split` and `simple` None: one layout per split. No sort: the caller's grouping is reused.
 
-    >>> rows, cell, split = np.arange(4), np.array([0, 0, 0, 1]), np.array([0, 0, 1, 2])
+    >>> cell, split = np.array([0, 0, 0, 1]), np.array([0, 0, 1, 2])
     >>> step, tie, simple = np.array([1.0, 1.005, 1.005, 3.0]), np.array([3, 2, 1, 0]), np.array([1, 0, 0, 0])
-    >>> _plan_per_cell(rows, cell, split, step, tie, simple).tolist()  # split 0 takes row 1; it ties row 2: tie 1 wins
+    >>> _plan_per_cell(cell, split, step, tie, simple).tolist()  # split 0 takes row 1; it ties row 2: tie 1 wins
     [2, 3]
     """
-    if not len(rows):
-        return rows
-    order = rows[np.lexsort((step[rows], split[rows], cell[rows]))]
-    if simple is not None:  # per split: the first row of the smallest `simple` among those near its fastest
-        sp = split[order]
-        start = np.flatnonzero(np.r_[True, sp[1:] != sp[:-1]])
-        st = step[order]
-        fastest = np.repeat(st[start], np.diff(np.r_[start, len(order)]))
-        n = len(order)
-        key = np.where(st <= fastest + VP_TOLERANCE * np.abs(fastest), simple[order] * n + np.arange(n),
+    n = len(cell)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    pos = None  # the rows of the cell stage: every row, or each split's pick
+    if simple is not None:  # per split: the smallest `simple` among the rows near its fastest (NaN steps last)
+        start, group = _runs(split)
+        fastest = np.fmin.reduceat(step, start)[group]
+        key = np.where(step <= fastest + VP_TOLERANCE * np.abs(fastest), simple * n + np.arange(n),
                        np.iinfo(np.int64).max)
-        order = order[np.minimum.reduceat(key, start) % n]
-    ce, st, n = cell[order], step[order], len(order)
-    start = np.flatnonzero(np.r_[True, ce[1:] != ce[:-1]])
-    fastest = np.repeat(np.minimum.reduceat(st, start), np.diff(np.r_[start, n]))
-    key = np.where(st <= fastest + SPEED_RTOL * np.abs(fastest), tie[order] * n + np.arange(n),
-                   np.iinfo(np.int64).max)
-    return order[np.minimum.reduceat(key, start) % n]
+        pos = np.minimum.reduceat(key, start) % n
+        cell, step, tie = cell[pos], step[pos], tie[pos]
+    m = len(cell)
+    start, group = _runs(cell)
+    fastest = np.minimum.reduceat(step, start)[group]
+    key = np.where(step <= fastest + SPEED_RTOL * np.abs(fastest), tie * m + np.arange(m), np.iinfo(np.int64).max)
+    best = np.minimum.reduceat(key, start) % m
+    return best if pos is None else pos[best]
+
+
+def _runs(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start of each run of equal ids, the run each element is in) for a non-empty array.
+
+    >>> [x.tolist() for x in _runs(np.array([4, 4, 2, 2, 2, 4]))]
+    [[0, 2, 5], [0, 0, 1, 1, 1, 2]]
+    """
+    new = np.empty(len(ids), dtype=bool)
+    new[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=new[1:])
+    return np.flatnonzero(new), np.cumsum(new) - 1
 
 
 def _tie_ranks(values: np.ndarray, rtol: float = SPEED_RTOL) -> np.ndarray:
@@ -469,6 +462,35 @@ def expert_parallel_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarra
     return _divisors(model.num_experts)
 
 
+def _first_of_each(groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """For ids 0 .. n_groups - 1 (each present), the position of each one's first occurrence in `groups`.
+
+    >>> _first_of_each(np.array([2, 0, 2, 1, 0]), 3).tolist()
+    [1, 3, 0]
+    """
+    if not len(groups):
+        return np.zeros(0, dtype=np.int64)
+    # a stable sort of small ints is a radix sort
+    order = np.argsort(groups.astype(np.uint16) if n_groups <= 1 << 16 else groups, kind="stable")
+    sorted_groups = groups[order]
+    return order[np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])]
+
+
+def _dense_ids(ids: np.ndarray) -> np.ndarray:
+    """`np.unique(ids, return_inverse=True)[1]` for non-negative int ids: 0, 1, ... in ascending id order, through a
+    lookup table where the ids are small (no sort).
+
+    >>> _dense_ids(np.array([7, 3, 7, 10])).tolist()
+    [1, 0, 1, 2]
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if not len(ids) or ids.min() < 0 or ids.max() > 4 * len(ids) + (1 << 20):
+        return np.unique(ids, return_inverse=True)[1].ravel()
+    present = np.zeros(int(ids.max()) + 1, dtype=bool)
+    present[ids] = True
+    return (np.cumsum(present) - 1)[ids]
+
+
 def _divisors(n: int) -> np.ndarray:
     return np.array(divisors(n), dtype=np.int64)  # O(sqrt n): B = 10^9 must not hang the planner
 
@@ -476,9 +498,53 @@ def _divisors(n: int) -> np.ndarray:
 def _sort_keys(objective: str, cols: dict[str, np.ndarray]) -> list[np.ndarray]:
     """np.lexsort keys, least significant first; the last key is the primary one. Float keys within SPEED_RTOL tie
     (`_tie_ranks`); after the objective's keys the smaller per-GPU memory wins, then the deterministic tie-break."""
-    tie = [cols["cp"], cols["dp"], cols["pp"], cols["tp"], cols["type_rank"], cols["memory_bytes"]]
+    tie = _combined_key([cols["cp"], cols["dp"], cols["pp"], cols["tp"], cols["type_rank"]])
     keys = [cols[k] if k == "num_gpus" else _tie_ranks(cols[k]) for k in reversed(_OBJECTIVE_KEYS[objective])]
-    return tie + keys
+    return [*tie, cols["memory_bytes"], *_combined_key(keys)]
+
+
+def _lexsort(keys) -> np.ndarray:
+    """`np.lexsort(keys)` (the last key primary, stable), sorting by the other keys only the runs the primary key
+    leaves tied: one sort where the primary key alone decides (a ranking's time or cost nearly always does).
+
+    >>> keys = (np.array([3, 1, 2, 0]), np.array([1.0, 0.0, 1.0, 2.0]))
+    >>> _lexsort(keys).tolist(), np.lexsort(keys).tolist()
+    ([1, 2, 0, 3], [1, 2, 0, 3])
+    """
+    primary = keys[-1]
+    order = np.argsort(primary, kind="stable")
+    if len(keys) == 1 or len(order) < 2:
+        return order
+    ranked = primary[order]
+    same = ranked[1:] == ranked[:-1]
+    tied = np.zeros(len(order), dtype=bool)  # in a run of equal primary keys
+    tied[1:] |= same
+    tied[:-1] |= same
+    if tied.any():
+        rows = order[tied]  # run by run, each in its original order
+        order[tied] = rows[np.lexsort((*(k[rows] for k in keys[:-1]), primary[rows]))]
+    return order
+
+
+def _combined_key(keys: list[np.ndarray]) -> list[np.ndarray]:
+    """np.lexsort keys (least significant first) of non-negative ints as one int64 key that sorts the same (fewer
+    keys, a faster sort), where their ranges multiply below 2**62; else the keys as they are.
+
+    >>> keys = [np.array([1, 0, 1, 0]), np.array([2, 2, 0, 0])]
+    >>> _combined_key(keys)[0].tolist(), np.lexsort(keys).tolist()
+    ([5, 4, 1, 0], [3, 2, 1, 0])
+    """
+    total, scale = np.zeros(len(keys[0]), dtype=np.int64), 1
+    for key in keys:
+        key = np.asarray(key)
+        if key.dtype.kind not in "iu" or (len(key) and key.min() < 0):
+            return keys
+        top = int(key.max()) + 1 if len(key) else 1
+        if scale * top >= 1 << 62:
+            return keys
+        total += key.astype(np.int64) * scale
+        scale *= top
+    return [total]
 
 
 def rank_plans(
@@ -558,28 +624,28 @@ def rank_plans(
         # Megatron's interleaved schedule: the m micro-batches per replica a multiple of p (schedules.py:
         # microbatch_group_size_per_vp_stage = p); the layers of every layout already fit (pipeline_layouts)
         (layouts[J, 1] == 1) | ((B // (d_base * db[K, 1])) % p_base == 0)))
-    ec = len(e_all) * len(c_all)
-    row = np.repeat(base, ec)
-    ti, ji, ki = T[row], J[row], K[row]
-    ei, ci = np.tile(np.repeat(np.arange(len(e_all)), len(c_all)), len(base)), np.tile(np.arange(len(c_all)),
-                                                                                       len(base) * len(e_all))
+    # each base row x each (ep, cp), cp fastest: a (base, ep x cp) mask, whose row-major nonzeros keep that order
+    e_ec, c_ec = np.repeat(e_all, len(c_all)), np.tile(c_all, len(e_all))
+    ec = len(e_ec)
+    tb, jb, kb = T[base], J[base], K[base]
+    d_b, t_b = d_all[db[kb, 0]], t_all[tb]
+    # the expert-parallel rule reads d, t, ep and cp only: once per (d, t), then looked up per base row
+    allowed = np.broadcast_to(ep_allowed(model, training, d_all[:, None, None], t_all[None, :, None], c_ec, e_ec),
+                              (len(d_all), len(t_all), ec))
+    fits = ((d_b * t_b * layouts[jb, 0])[:, None] * c_ec <= max_total) & allowed[db[kb, 0], tb]
+    bi, eci = np.nonzero(fits)
+    ti, ji, ki = tb[bi], jb[bi], kb[bi]
+    ei, ci = eci // len(c_all), eci % len(c_all)
     di = db[ki, 0]
-    t_g, e_g, c_g, d_g, p_g = t_all[ti], e_all[ei], c_all[ci], d_all[di], layouts[ji, 0]
-    n_g = d_g * t_g * p_g * c_g
-    keep = np.flatnonzero((n_g <= max_total) & ep_allowed(model, training, d_g, t_g, c_g, e_g))
-    ti, ji, ki, ei, ci, di = (x[keep] for x in (ti, ji, ki, ei, ci, di))
-    t_g, e_g, c_g, d_g, p_g, n_g = (x[keep] for x in (t_g, e_g, c_g, d_g, p_g, n_g))
-    b_g = db[ki, 1]
-    v_g, f_g, l_g, o_g = (layouts[ji, k] for k in range(1, 5))
-    pi = p_index[ji]
-    # one id per (d, t, p, cp): a heatmap cell and a plan; one per split up to the layout (vp, first, last); one per
-    # chain of micro-batches (rows equal but for b; the grid holds each chain's rows in ascending b)
-    cell_g = ((di * len(t_all) + ti) * len(p_all) + pi) * len(c_all) + ci
-    split_g = ((ki * len(t_all) + ti) * len(p_all) + pi) * len(c_all) + ci
-    split_g = split_g * len(e_all) + ei
+    # one id per chain of micro-batches (rows equal but for b; the grid holds each chain's rows in ascending b)
     chain_g = (((di * len(t_all) + ti) * len(layouts) + ji) * len(e_all) + ei) * len(c_all) + ci
-    grid_cols = (t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g, f_g, l_g, o_g, cell_g, split_g)
     several_layouts = len(layouts) > len(p_all)  # some p has more than one (vp, first, last) to choose from
+
+    def split_columns(rows):
+        """(t, p, d, b, e, c, vp, first, last) of the grid's `rows`: what the memory and step models read."""
+        j = ji[rows]
+        return (t_all[ti[rows]], layouts[j, 0], d_all[di[rows]], db[ki[rows], 1], e_all[ei[rows]], c_all[ci[rows]],
+                *(layouts[j, k] for k in range(1, 4)))
 
     # Memory does not depend on the GPU type: vectorised calls for the whole grid. It never falls as the micro-batch
     # grows (the activations, the in-flight micro-batches min(p - stage, m) x b with m = B / (d b), and the
@@ -588,15 +654,16 @@ def rank_plans(
     # smallest micro-batch fits no GPU of the cluster has no row that fits, and its
     # other rows are never evaluated (7 in 10 of DeepSeek-V3's under Megatron on 1,024 GPUs of each type).
     def memory(rows):
-        t, p, d, b, _, e, c, v, f, last = (x[rows] for x in grid_cols[:10])
+        t, p, d, b, e, c, v, f, last = split_columns(rows)
         return np.asarray(predict_memory_totals(model, training, d, t, p, b, method=method, overhead=overhead, ep=e,
                                                 cp=c, vp=v, first_stage_layers=f, last_stage_layers=last),
                           dtype=np.float64)
 
     # Each chain's rows in ascending b are evaluated in rounds of 1, 1, 2, 4, ... rows, while the chain's last row
     # fits the largest GPU; once most chains of a round still fit, their remaining rows go in one last call.
-    chain = np.unique(chain_g, return_inverse=True)[1].ravel()
-    by_chain = np.argsort(chain, kind="stable")
+    chain = _dense_ids(chain_g)
+    # a stable sort of small ints is a radix sort
+    by_chain = np.argsort(chain.astype(np.uint16) if len(chain) and chain.max() < 1 << 16 else chain, kind="stable")
     starts = np.flatnonzero(np.r_[True, chain[by_chain][1:] != chain[by_chain][:-1]])
     position = np.empty(len(chain), dtype=np.int64)
     position[by_chain] = np.arange(len(chain)) - np.repeat(starts, np.diff(np.r_[starts, len(chain)]))
@@ -609,28 +676,45 @@ def rank_plans(
         if not len(batch):
             break
         mem_all[batch] = memory(batch)
-        evaluated = np.unique(chain[batch])
+        evaluated = np.zeros(len(alive), dtype=bool)
+        evaluated[chain[batch]] = True
         alive[chain[batch][mem_all[batch] > largest_usable]] = False
         low, high = high, (2 * high if alive[evaluated].mean() < 0.5 else len(chain))
     rows = np.flatnonzero(~np.isnan(mem_all))
     mem_g = mem_all[rows]
-    t_g, p_g, d_g, b_g, n_g, e_g, c_g, v_g, f_g, l_g, o_g, cell_g, split_g = (x[rows] for x in grid_cols)
+    # the evaluated rows' columns (the rest of the grid is never read again)
+    t_g, p_g, d_g, b_g, e_g, c_g, v_g, f_g, l_g = split_columns(rows)
+    n_g = d_g * t_g * p_g * c_g
+    o_g = layouts[ji[rows], 4]
+    # one id per (d, t, p, cp): a heatmap cell and a plan; one per split up to the layout (vp, first, last)
+    t_i, k_i, e_i, c_i, p_i = ti[rows], ki[rows], ei[rows], ci[rows], p_index[ji[rows]]
+    cell_g = ((di[rows] * len(t_all) + t_i) * len(p_all) + p_i) * len(c_all) + c_i
+    split_g = ((k_i * len(t_all) + t_i) * len(p_all) + p_i) * len(c_all) + c_i
+    split_g = split_g * len(e_all) + e_i
     min_memory = float(mem_g.min()) if len(mem_g) else 0.0
     # Per (d, t, p, cp) cell, type-independent: its GPUs and t, and its smallest-memory row (the heatmap shows it
-    # where nothing fits). A GPU type's fitting rows are a prefix of the rows sorted by memory. The tie-breaks are
-    # type-independent too, each one rank over the grid: (memory, ep, vp, layout, micro-batch) and (vp, layout).
-    cells, first_row, cell_of = np.unique(cell_g, return_index=True, return_inverse=True)
+    # where nothing fits). The tie-breaks are type-independent too, each one rank over the grid: (memory, ep, vp,
+    # layout, micro-batch) and (vp, layout).
+    cell_of = _dense_ids(cell_g)
+    n_cells, n_splits = (int(x.max()) + 1 if len(x) else 0 for x in (cell_of, split_g))
+    first_row = np.zeros(n_cells, dtype=np.int64)
+    first_row[cell_of] = np.arange(len(cell_of))  # a row of each cell (any: they share d, t, p and cp)
     cell_n, cell_t = n_g[first_row], t_g[first_row]
     cell_ti = np.searchsorted(t_all, cell_t)
+    by_tie = _lexsort((*_combined_key([b_g, o_g, v_g, e_g]), mem_g))
     tie_g = np.empty(len(mem_g), dtype=np.int64)
-    tie_g[np.lexsort((b_g, o_g, v_g, e_g, mem_g))] = np.arange(len(mem_g))
+    tie_g[by_tie] = np.arange(len(mem_g))
     simple_g = v_g * (int(o_g.max()) + 1 if len(o_g) else 1) + o_g  # fewest chunks, then the evenest stages
-    cell_low = _best_within(cell_of, mem_g, 0.0, tie_g)
+    # each cell's smallest-memory row (ties: the smallest tie rank): its first row in tie order
+    cell_low = by_tie[_first_of_each(cell_of[by_tie], n_cells)]
     cell_low_mem = mem_g[cell_low]
-    by_memory = np.argsort(mem_g, kind="stable")
-    sorted_memory = mem_g[by_memory]
+    # The rows grouped by cell, then by split, once for every type: a type's fitting rows, taken in this order, come
+    # in runs of one cell and of one split each, which `_plan_per_cell` reads without sorting again.
+    grouped = np.lexsort(_combined_key([split_g, cell_of]))
+    grouped_mem, grouped_cell = mem_g[grouped], cell_of[grouped]
+    step_cols = [x[grouped] for x in (d_g, t_g, p_g, b_g, e_g, c_g, v_g, f_g, l_g)]  # what the step model reads
 
-    grid_rows, grid_steps, grid_types, plan_rows, plan_steps, plan_types = [], [], [], [], [], []
+    fit_rows_by_type, fit_steps, fit_types, other_rows, other_types = [], [], [], [], []
     ordered = sorted(names)
     usable_by_type = [table[n].memory_bytes * (1.0 - safety_margin) for n in ordered]
     for rank, name in enumerate(ordered):
@@ -642,39 +726,51 @@ def rank_plans(
         if not cell_ok.any():
             continue
         usable = usable_by_type[rank]
-        fit_rows = by_memory[:np.searchsorted(sorted_memory, usable, side="right")]
-        fit_rows = fit_rows[cell_ok[cell_of[fit_rows]]]
+        fits = (grouped_mem <= usable) & cell_ok[grouped_cell]
+        fit = grouped[fits]  # the rows that fit, grouped by cell and split (only these have a step)
         other = cell_low[cell_ok & (cell_low_mem > usable)]  # cells where nothing fits: their smallest-memory row
-        step = np.full(len(mem_g), np.nan)  # a split that does not fit has no step: it runs out of memory
-        if len(fit_rows):
-            step[fit_rows] = np.asarray(step_time_totals(
-                model, training, gpu, d_g[fit_rows], t_g[fit_rows], p_g[fit_rows], b_g[fit_rows],
+        step = np.zeros(0)
+        if len(fit):
+            d, t, p, b, e, c, v, f, last = (x[fits] for x in step_cols)
+            step = np.asarray(step_time_totals(
+                model, training, gpu, d, t, p, b,
                 intra_link_gbyte_s=summary[name].min_intra_link_gbyte_s,
                 network_gbit_s=summary[name].min_network_gbit_s,
                 gpus_per_node=per_node,
-                ep=e_g[fit_rows],
-                cp=c_g[fit_rows],
-                vp=v_g[fit_rows],
-                first_stage_layers=f_g[fit_rows],
-                last_stage_layers=l_g[fit_rows],
+                ep=e,
+                cp=c,
+                vp=v,
+                first_stage_layers=f,
+                last_stage_layers=last,
             ), dtype=np.float64)
-        ok = _plan_per_cell(fit_rows, cell_of, split_g, step, tie_g, simple_g if several_layouts else None)
-        pick = np.concatenate([ok, other])
-        pick = pick[np.argsort(cell_of[pick], kind="stable")]  # grid rows in (d, t, p, cp) order
-        grid_rows.append(pick), grid_steps.append(step[pick]), grid_types.append(np.full(len(pick), rank))
-        plan_rows.append(ok), plan_steps.append(step[ok]), plan_types.append(np.full(len(ok), rank))
+        fit_rows_by_type.append(fit), fit_steps.append(step), fit_types.append(np.full(len(fit), rank))
+        other_rows.append(other), other_types.append(np.full(len(other), rank))
+
+    # Every type's plans at once (cells and splits of different types are different groups): by type, then in
+    # (d, t, p, cp) order
+    fit_all = np.concatenate([np.zeros(0, dtype=np.int64), *fit_rows_by_type])
+    fit_type = np.concatenate([np.zeros(0, dtype=np.int64), *fit_types])
+    fit_step = np.concatenate([np.zeros(0), *fit_steps])
+    pos = _plan_per_cell(fit_type * n_cells + cell_of[fit_all],
+                         fit_type * n_splits + split_g[fit_all] if several_layouts else None, fit_step,
+                         tie_g[fit_all], simple_g[fit_all] if several_layouts else None)
+    ok, ok_types, ok_steps = fit_all[pos], fit_type[pos], fit_step[pos]
 
     largest = max(names, key=lambda x: (table[x].memory_bytes, x))
     grid = {}
-    if grid_rows:
-        g, kind = np.concatenate(grid_rows), np.concatenate(grid_types)
+    if fit_rows_by_type:
+        # the grid: by type, then in (d, t, p, cp) order, a type's plans and its cells where nothing fits (no step)
+        g = np.concatenate([ok, *other_rows])
+        kind = np.concatenate([ok_types, *other_types])
+        order = np.argsort(kind * n_cells + cell_of[g], kind="stable")
+        g, kind = g[order], kind[order]
+        grid_steps = np.concatenate([ok_steps, np.full(len(g) - len(ok), np.nan)])[order]
         usable_g = np.array(usable_by_type)[kind]
         grid = {"gpu_type": np.array(ordered, dtype=object)[kind], "dp": d_g[g], "tp": t_g[g], "pp": p_g[g],
                 "ep": e_g[g], "cp": c_g[g], "vp": v_g[g], "first_stage_layers": f_g[g], "last_stage_layers": l_g[g],
                 "num_gpus": n_g[g], "micro_batch": b_g[g], "memory_bytes": mem_g[g], "usable_bytes": usable_g,
                 "headroom_bytes": usable_g - mem_g[g], "feasible": mem_g[g] <= usable_g,
-                "step_time_s": np.concatenate(grid_steps)}
-    ok = np.concatenate(plan_rows) if plan_rows else np.zeros(0, dtype=np.int64)
+                "step_time_s": grid_steps}
     if not len(ok):
         gpu = table[largest]
         usable = gpu.memory_bytes * (1.0 - safety_margin)
@@ -687,9 +783,8 @@ def rank_plans(
         empty = {k: np.array([], dtype=object if k == "gpu_type" else float) for k in _PLAN_FIELDS}
         return PlanSet(objective, empty, grid, explanation, int(min_memory), largest)
 
-    kind = np.concatenate(plan_types)
+    kind, st = ok_types, ok_steps
     gpus = [table[n] for n in ordered]
-    st = np.concatenate(plan_steps)
     tps = float(training.tokens_per_step()) / st
     ttt = tokens / tps
     gh = n_g[ok] * ttt / SECONDS_PER_HOUR
@@ -715,7 +810,7 @@ def rank_plans(
                        "Relax the deadline, the GPU limit or the budget, or lower the scaling floor.")
         empty = {k: np.array([], dtype=object if k == "gpu_type" else float) for k in _PLAN_FIELDS}
         return PlanSet(objective, empty, grid, explanation, int(min_memory), largest, extra)
-    order = np.lexsort(_sort_keys(objective, merged))
+    order = _lexsort(_sort_keys(objective, merged))
     ranked = {k: merged[k][order] for k in _PLAN_FIELDS}
     return PlanSet(objective, ranked, grid, None, int(min_memory), largest, extra)
 
@@ -745,13 +840,17 @@ def _apply_constraints(cols: dict[str, np.ndarray], scaling_floor: float, max_gp
     counts per GPU type (every type with a memory-feasible plan, in the cluster's type order)."""
     dropped = dict.fromkeys(_CONSTRAINT_WORDS, 0)
     gpu_type = cols["gpu_type"]
-    types = [str(g) for g in dict.fromkeys(gpu_type[np.argsort(cols["type_rank"], kind="stable")].tolist())]
+    # one name per type rank, in rank order; counts per type are bincounts over the ranks
+    ranks, first = np.unique(np.asarray(cols["type_rank"], dtype=np.int64), return_index=True)
+    types = [str(g) for g in gpu_type[first].tolist()]
     by_type = {g: dict.fromkeys(_CONSTRAINT_WORDS, 0) for g in types}
+    rank = np.searchsorted(ranks, cols["type_rank"])
 
     def count(name: str, out: np.ndarray) -> None:
         dropped[name] = int(out.sum())
-        for g in types:
-            by_type[g][name] = int((out & (gpu_type == g)).sum())
+        per_type = np.bincount(rank[out], minlength=len(types))
+        for g, n in zip(types, per_type.tolist(), strict=True):
+            by_type[g][name] = int(n)
 
     keep = scaling_keep(cols["gpu_type"], cols["num_gpus"], cols["time_to_train_s"], scaling_floor)
     count("scaling_floor", ~keep)
@@ -761,4 +860,4 @@ def _apply_constraints(cols: dict[str, np.ndarray], scaling_floor: float, max_gp
             over = keep & (cols[column] > limit)
             count(name, over)
             keep &= ~over
-    return {k: v[keep] for k, v in cols.items()}, dropped, by_type
+    return ({k: v[keep] for k, v in cols.items()} if not keep.all() else dict(cols)), dropped, by_type

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -650,7 +651,7 @@ class _Run:
                 if wake is not None and wake > now and math.isfinite(wake):
                     self.wake_token += 1
                     self.push(wake, WAKE, -1, self.wake_token)
-            busy = tuple(c - f for c, f in zip(self.capacity, self.fbt, strict=True))
+            busy = tuple(map(operator.sub, self.capacity, self.fbt))
             if busy != last_busy:
                 if self.util_t and self.util_t[-1] == now:
                     self.util_busy[-1] = busy

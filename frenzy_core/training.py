@@ -7,6 +7,7 @@ per parameter with each part named, so the 20 bytes of the paper's `20W` can be 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -379,6 +380,102 @@ def check_parallelism(model, training: TrainingSpec, par: Parallelism) -> int:
 UNEVEN_LIGHTER_LAYERS = 2  # `uneven_stage_options` tries first / last stages up to this many layers lighter
 
 
+class PipelineStages:
+    """The layers of each stage of a pipeline layout: num_layers over p stages of vp chunks, the first / last stage
+    holding `first` / `last` layers where set (> 0), the middle stages the rest evenly (float64; numpy arrays
+    broadcast, so one value can hold many layouts). What does not depend on the stage (the middle stages' share) is
+    computed once, for callers that ask about several stages of the same layouts (the memory model's loop over the
+    bounding stages); `stage_layer_counts`, `stage_leading_layers`, `stage_of_layer` and `bounding_stages` ask one
+    question each.
+
+    >>> pipe = PipelineStages(126, 16, 7, 7)  # Llama-3.1-405B: 7 / 8 x 14 / 7
+    >>> pipe.counts(np.array([0, 1, 15])).tolist(), [float(s) for s in pipe.bounding(0)]
+    ([7.0, 8.0, 7.0], [0.0, 1.0, 15.0])
+    """
+
+    def __init__(self, num_layers: int, p, first=0, last=0, vp=1):
+        self.num_layers = num_layers
+        self.p, self.first, self.last, self.vp = (np.asarray(x, dtype=np.float64) for x in (p, first, last, vp))
+        self.even = not (self.first.any() or self.last.any())  # num_layers / p on every stage
+        self.consecutive = self.even and not (self.vp != 1).any()  # ... and each stage's layers in one run
+
+    @cached_property
+    def middle(self) -> np.ndarray:
+        """Layers on each middle stage (0 when there is none: p = 2 with both ends set)."""
+        return _middle_stage_layers(self.num_layers, self.p, self.first, self.last)
+
+    def _own_counts(self, stage) -> np.ndarray:
+        # the memory model asks `counts` and then `leading` of the same stages: the last answer is kept
+        if getattr(self, "_counted", (None,))[0] is not stage:
+            self._counted = stage, np.where((stage == 0) & (self.first > 0), self.first,
+                                            np.where((stage == self.p - 1) & (self.last > 0), self.last, self.middle))
+        return self._counted[1]
+
+    @cached_property
+    def _first_chunk(self) -> np.ndarray:
+        """Layers in the first stage's chunk of each round (vp rounds)."""
+        return np.where(self.first > 0, self.first, self.middle) / self.vp
+
+    def _round_start(self, r: int) -> np.ndarray:
+        """Layer where round r of the vp rounds starts."""
+        starts = self.__dict__.setdefault("_round_starts", {})
+        if r not in starts:
+            starts[r] = r * self.num_layers / self.vp
+        return starts[r]
+
+    def counts(self, stage) -> np.ndarray:
+        """`stage_layer_counts` of this layout."""
+        stage = np.asarray(stage, dtype=np.float64)
+        if self.even:
+            return self.num_layers / self.p + 0.0 * stage
+        return self._own_counts(stage)
+
+    def leading(self, leading: int, stage) -> np.ndarray:
+        """`stage_leading_layers` of this layout."""
+        stage = np.asarray(stage, dtype=np.float64)
+        p, v, num_layers = self.p, self.vp, self.num_layers
+        if self.consecutive:  # consecutive layers, l / p per stage
+            n = num_layers / p
+            return np.clip(leading - stage * n, 0.0, n)
+        middle = self.middle
+        chunk = self._own_counts(stage) / v
+        if not leading:
+            return 0.0 * chunk
+        offset = np.where(stage == 0, 0.0, self._first_chunk + (stage - 1) * middle / v)  # within each round
+        # only the rounds that start before layer `leading` hold any of them
+        top = float(np.max(v)) if np.size(v) else 1.0
+        total = 0.0 * chunk
+        for r in range(int(min(top, np.ceil(leading * top / num_layers)))):
+            start = self._round_start(r) + offset
+            total = total + np.where(r < v, np.clip(leading - start, 0.0, chunk), 0.0)
+        return total
+
+    def stage_of(self, layer) -> np.ndarray:
+        """`stage_of_layer` of this layout."""
+        layer = np.asarray(layer, dtype=np.float64)
+        p, v = self.p, self.vp
+        if self.consecutive:  # consecutive layers, l / p per stage
+            return np.clip(np.floor(layer / (self.num_layers / p)), 0.0, p - 1)
+        per_round = self.num_layers / v
+        offset = layer - np.floor(layer / per_round) * per_round  # position within its round
+        first_chunk = self.counts(0.0) / v
+        middle_chunk = self.middle / v
+        middle = 1 + np.floor((offset - first_chunk) / np.where(middle_chunk > 0, middle_chunk, np.inf))
+        return np.clip(np.where(offset < first_chunk, 0.0, middle), 0.0, p - 1)
+
+    def bounding(self, leading: int) -> tuple:
+        """`bounding_stages` of this layout."""
+        p = self.p
+        stages = [0.0 * p]
+        if np.any(self.first > 0):
+            stages.append(np.minimum(1.0, p - 1))
+        if leading:
+            boundary = self.stage_of(leading)
+            stages += [boundary, np.minimum(boundary + 1, p - 1)]
+        stages.append(p - 1)
+        return tuple(stages)
+
+
 def stage_layer_counts(num_layers: int, p, stage, first=0, last=0) -> np.ndarray:
     """Layers on pipeline stage `stage` of p (numpy arrays broadcast; float64): `first` on stage 0 and `last` on
     stage p - 1 where they are set (> 0), the middle count (num_layers - first - last) / #middle stages elsewhere.
@@ -388,11 +485,7 @@ def stage_layer_counts(num_layers: int, p, stage, first=0, last=0) -> np.ndarray
     >>> stage_layer_counts(12, 4, np.arange(4)).tolist()  # the even split
     [3.0, 3.0, 3.0, 3.0]
     """
-    p, stage, f, lst = (np.asarray(x, dtype=np.float64) for x in (p, stage, first, last))
-    if not (f.any() or lst.any()):  # the even split
-        return num_layers / p + 0.0 * stage
-    middle = _middle_stage_layers(num_layers, p, f, lst)
-    return np.where((stage == 0) & (f > 0), f, np.where((stage == p - 1) & (lst > 0), lst, middle))
+    return PipelineStages(num_layers, p, first, last).counts(stage)
 
 
 def _middle_stage_layers(num_layers: int, p, f, lst) -> np.ndarray:
@@ -411,37 +504,12 @@ def stage_leading_layers(num_layers: int, leading: int, p, stage, first=0, last=
     >>> stage_leading_layers(8, 3, 2, np.arange(2), vp=2).tolist()  # chunks [0 1] [4 5] | [2 3] [6 7]
     [2.0, 1.0]
     """
-    p, stage, f, lst, v = (np.asarray(x, dtype=np.float64) for x in (p, stage, first, last, vp))
-    even = not (f.any() or lst.any())
-    if even and not (v != 1).any():  # consecutive layers, l / p per stage
-        n = num_layers / p
-        return np.clip(leading - stage * n, 0.0, n)
-    middle = _middle_stage_layers(num_layers, p, f, lst)
-    chunk = np.where((stage == 0) & (f > 0), f, np.where((stage == p - 1) & (lst > 0), lst, middle)) / v
-    if not leading:
-        return 0.0 * chunk
-    first_chunk = np.where(f > 0, f, middle) / v
-    offset = np.where(stage == 0, 0.0, first_chunk + (stage - 1) * middle / v)  # within each round
-    # only the rounds that start before layer `leading` hold any of them
-    top = float(np.max(v)) if np.size(v) else 1.0
-    total = 0.0 * chunk
-    for r in range(int(min(top, np.ceil(leading * top / num_layers)))):
-        start = r * num_layers / v + offset
-        total = total + np.where(r < v, np.clip(leading - start, 0.0, chunk), 0.0)
-    return total
+    return PipelineStages(num_layers, p, first, last, vp).leading(leading, stage)
 
 
 def stage_of_layer(num_layers: int, layer, p, first=0, last=0, vp=1) -> np.ndarray:
     """The pipeline stage holding layer `layer` (0-based) under Megatron's order (float64 stage index)."""
-    layer, p, f, lst, v = (np.asarray(x, dtype=np.float64) for x in (layer, p, first, last, vp))
-    if not (f.any() or lst.any() or (v != 1).any()):  # consecutive layers, l / p per stage
-        return np.clip(np.floor(layer / (num_layers / p)), 0.0, p - 1)
-    per_round = num_layers / v
-    offset = layer - np.floor(layer / per_round) * per_round  # position within its round
-    first_chunk = stage_layer_counts(num_layers, p, 0.0, f, lst) / v
-    middle_chunk = _middle_stage_layers(num_layers, p, f, lst) / v
-    middle = 1 + np.floor((offset - first_chunk) / np.where(middle_chunk > 0, middle_chunk, np.inf))
-    return np.clip(np.where(offset < first_chunk, 0.0, middle), 0.0, p - 1)
+    return PipelineStages(num_layers, p, first, last, vp).stage_of(layer)
 
 
 def bounding_stages(num_layers: int, leading: int, p, first=0, last=0, vp=1) -> tuple:
@@ -454,15 +522,7 @@ def bounding_stages(num_layers: int, leading: int, p, first=0, last=0, vp=1) -> 
     >>> [float(s) for s in bounding_stages(126, 0, 16, 7, 7)]
     [0.0, 1.0, 15.0]
     """
-    p = np.asarray(p, dtype=np.float64)
-    stages = [0.0 * p]
-    if np.any(np.asarray(first) > 0):
-        stages.append(np.minimum(1.0, p - 1))
-    if leading:
-        boundary = stage_of_layer(num_layers, leading, p, first, last, vp)
-        stages += [boundary, np.minimum(boundary + 1, p - 1)]
-    stages.append(p - 1)
-    return tuple(stages)
+    return PipelineStages(num_layers, p, first, last, vp).bounding(leading)
 
 
 def pipeline_layout_problem(num_layers: int, p: int, vp: int = 1, first: int = 0, last: int = 0) -> str | None:

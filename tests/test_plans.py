@@ -854,3 +854,27 @@ def test_a_gpu_type_whose_plans_all_fall_to_the_constraints_is_named_with_the_co
 def test_no_gpu_type_is_named_when_every_type_keeps_a_plan():
     r = rank_plans(MODEL, TRAIN, SMALL, tokens=1e9)
     assert r.dropped_types == {} and set(r.dropped_by_type) == {"A100-40GB", "T4"}
+
+
+# --- the ranking's sort and grouping helpers: what numpy's own calls answer, with fewer sorts (issue 19) ----------
+def test_sort_and_group_helpers_answer_as_numpy_does():
+    from frenzy_core.plans import _combined_key, _dense_ids, _first_of_each, _lexsort, _runs
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        keys = [rng.integers(0, int(rng.integers(1, 5)), n) for _ in range(int(rng.integers(1, 4)))]
+        keys.append(rng.integers(0, 3, n) * 0.5)  # a float primary key with ties
+        assert _lexsort(keys).tolist() == np.lexsort(keys).tolist()
+        ints = keys[:-1]
+        assert np.lexsort(_combined_key(ints)).tolist() == np.lexsort(ints).tolist()
+        ids = rng.integers(0, 40, n)
+        dense = _dense_ids(ids)
+        assert dense.tolist() == np.unique(ids, return_inverse=True)[1].tolist()
+        assert _first_of_each(dense, int(dense.max()) + 1).tolist() == np.unique(dense, return_index=True)[1].tolist()
+        starts, group = _runs(np.sort(ids))
+        assert starts.tolist() == np.unique(np.sort(ids), return_index=True)[1].tolist()
+        assert group.tolist() == np.unique(np.sort(ids), return_inverse=True)[1].tolist()
+    # keys whose ranges multiply past int64 stay as they are
+    big = [np.array([2**40, 0]), np.array([0, 2**40])]
+    assert len(_combined_key(big)) == 2

@@ -8,13 +8,16 @@ from frenzy_core.training import (
     OPTIMIZER_TRANSIENT_BYTES,
     PRECISIONS,
     Parallelism,
+    PipelineStages,
     TrainingSpec,
     bounding_stages,
     check_parallelism,
     check_pipeline_layout,
     make_training,
     pipeline_layout_problem,
+    stage_layer_counts,
     stage_leading_layers,
+    stage_of_layer,
     uneven_stage_options,
 )
 
@@ -171,6 +174,28 @@ def test_bounding_stages_add_the_first_middle_stage_for_a_lighter_first_stage():
     assert [float(s) for s in bounding_stages(126, 0, 16, 7, 7)] == [0.0, 1.0, 15.0]
     # DeepSeek-V3 7 / 6: layer 3 (the first MoE layer) sits on stage 0, so stages 0 and 1 bound the MoE mix
     assert [float(s) for s in bounding_stages(61, 3, 8, 7, 6)] == [0.0, 1.0, 0.0, 1.0, 7.0]
+
+
+def test_pipeline_stages_of_many_layouts_at_once_answer_as_each_layout_alone():
+    # one PipelineStages over arrays of layouts (what the memory model builds once per grid) gives, stage by stage,
+    # what each layout gives on its own: DeepSeek-V3's 61 layers, even, uneven and interleaved
+    layouts = [(1, 0, 0, 1), (8, 7, 6, 1), (8, 6, 7, 1), (2, 0, 30, 1), (61, 0, 0, 1), (4, 16, 15, 1)]
+    p, first, last, vp = (np.array(col, dtype=np.float64) for col in zip(*layouts, strict=True))
+    pipe = PipelineStages(61, p, first, last, vp)
+    for stage in (0.0, 1.0, p - 1):
+        stage = np.broadcast_to(stage, p.shape)
+        for i, (pi, fi, li, vi) in enumerate(layouts):
+            s = float(stage[i])
+            assert pipe.counts(stage)[i] == float(stage_layer_counts(61, pi, s, fi, li))
+            assert pipe.leading(3, stage)[i] == float(stage_leading_layers(61, 3, pi, s, fi, li, vi))
+    for i, (pi, fi, li, vi) in enumerate(layouts):
+        assert pipe.stage_of(3)[i] == float(stage_of_layer(61, 3, pi, fi, li, vi))
+        # over many layouts the bounding stages are each layout's own, plus stage 1 where any has a first stage
+        mine = {float(np.broadcast_to(b, p.shape)[i]) for b in pipe.bounding(3)}
+        assert {float(b) for b in bounding_stages(61, 3, pi, fi, li, vi)} <= mine <= {0.0, 1.0, pi - 1} | {
+            float(b) for b in bounding_stages(61, 3, pi, fi, li, vi)}
+    # by hand: 7 / 6 on 8 stages, 8 layers on each middle stage; the 3 dense layers on stage 0
+    assert PipelineStages(61, 8, 7, 6).counts(np.arange(8)).tolist() == [7.0] + [8.0] * 6 + [6.0]
 
 
 def test_label_names_uneven_stages():
