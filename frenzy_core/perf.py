@@ -77,11 +77,10 @@ from frenzy_core.models import ModelSpec
 from frenzy_core.training import (
     OPTIMIZER_STATE_BYTES,
     Parallelism,
+    PipelineStages,
     TrainingSpec,
     check_parallelism,
     expert_tp_array,
-    stage_layer_counts,
-    stage_leading_layers,
 )
 
 # --- named constants ------------------------------------------------------------------------------------------------
@@ -535,10 +534,12 @@ def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tup
     return float(dense), float(common + act * moe_width)
 
 
-def elementwise_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUType, eff: float) -> tuple[float, float]:
+def elementwise_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUType, eff: float,
+                           bytes_per_token: tuple[float, float] | None = None) -> tuple[float, float]:
     """`elementwise_bytes_per_token` as seconds at the type's HBM bandwidth, expressed as the bf16-rate FLOPs that
     take as long (x peak x eff, as the fp8 casts): what `_components` adds to each layer's time FLOPs. Only for
     bf16 compute: the fp32 efficiencies (Sia's fits) were measured with the element-wise time inside them.
+    `bytes_per_token`: `elementwise_bytes_per_token`'s answer where the caller has it already.
 
     >>> from frenzy_core.gpus import CATALOG
     >>> from frenzy_core.models import ZOO
@@ -549,7 +550,7 @@ def elementwise_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUTyp
     if training.precision_setup.compute_dtype != "bf16":
         return 0.0, 0.0
     to_flops = gpu.peak_tflops("bf16") * 1e12 * eff / (gpu.memory_bandwidth_gbyte_s * 1e9)
-    dense, moe = elementwise_bytes_per_token(model, training)
+    dense, moe = elementwise_bytes_per_token(model, training) if bytes_per_token is None else bytes_per_token
     return dense * to_flops, moe * to_flops
 
 
@@ -664,8 +665,13 @@ def _components(
     etp=0,
     first_stage_layers=0,
     last_stage_layers=0,
+    shared: SharedTerms | None = None,
+    rows=None,
 ) -> dict[str, np.ndarray]:
-    """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this."""
+    """The whole model over broadcast numpy arrays; `step_time` and `step_time_totals` both call this. With
+    `shared` (built from 1-D split arrays) the split arrays are `shared`'s at `rows`: its type-independent terms are
+    computed once and read here."""
+    memo = shared.memo if shared is not None else {}
     d, t, p, b, e, c, v = (np.asarray(x, dtype=np.float64) for x in (dp, tp, pp, micro_batch, ep, cp, vp))
     first, last = (np.asarray(x, dtype=np.float64) for x in (first_stage_layers, last_stage_layers))
     et = expert_tp_array(etp, t)  # expert tensor parallel; 0 = t
@@ -679,8 +685,10 @@ def _components(
     n_gpus = d * t * p * c
     s, h = training.seq_len / c, model.hidden_size  # s: the tokens of each sample one GPU holds (seq_len / cp)
 
-    per_token = token_flops(model, training)
-    flops = _step_flops(model, training, per_token)
+    if "flops" not in memo:
+        per_token = token_flops(model, training)
+        memo["flops"] = per_token, _step_flops(model, training, per_token)
+    per_token, flops = memo["flops"]
     peak_flops_s = gpu.peak_tflops(setup.compute_dtype) * 1e12
     # fp8 linears (Transformer Engine te.Linear / LayerNormLinear under fp8_autocast, torchao Float8Linear): the
     # projection and MLP GEMMs run at the fp8 peak; the attention core (flash attention: bf16), the norms and the
@@ -717,7 +725,9 @@ def _components(
     if fp8 and gpu.fp8_tflops is not None:
         # the fp8 quantisation passes (FP8_CAST_BYTES_PER_ELEMENT), memory-bound: bytes / HBM bandwidth, as the
         # bf16-rate FLOPs that take as long on the stage (x peak x eff, as _moe_extra_time_flops)
-        dense_cast, moe_cast = fp8_cast_elements_per_token(model, training)
+        if "fp8_cast" not in memo:
+            memo["fp8_cast"] = fp8_cast_elements_per_token(model, training)
+        dense_cast, moe_cast = memo["fp8_cast"]
         to_flops = FP8_CAST_BYTES_PER_ELEMENT / (gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
         dense_time_flops = dense_time_flops + dense_cast * to_flops
         moe_time_flops = moe_time_flops + moe_cast * to_flops
@@ -725,7 +735,9 @@ def _components(
         # the layers' memory-bound element-wise ops (norms, activation, rotary, residual adds) as HBM traffic /
         # bandwidth, eager or fused as the stack runs them (`elementwise_bytes_per_token`); an explicit `mfu`
         # charges every FLOP at it, as for the attention kernel
-        dense_ew, moe_ew = elementwise_time_flops(model, training, gpu, eff)
+        if "elementwise" not in memo:
+            memo["elementwise"] = elementwise_bytes_per_token(model, training)
+        dense_ew, moe_ew = elementwise_time_flops(model, training, gpu, eff, memo["elementwise"])
         dense_time_flops = dense_time_flops + dense_ew
         moe_time_flops = moe_time_flops + moe_ew
     if model.is_moe:
@@ -789,34 +801,18 @@ def _components(
     read_bytes = setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
     write_bytes = setup.param_bytes + setup.master_bytes + state_bytes
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
-    routed_per_layer = float(model.routed_expert_parameters())
-    layer_common = model.attention_parameters() + 2 * model.norm_parameters()
-    dense_layer_params = layer_common + model.dense_mlp_parameters()
-    moe_layer_params = layer_common + model.moe_mlp_parameters() - routed_per_layer if model.is_moe else 0.0
+    if "weights" not in memo:
+        memo["weights"] = _parameter_counts(model, training)
+    weights, base_weights, tied_copy = memo["weights"]
     # Megatron's last stage keeps its own copy of a tied embedding as the head (setup_embeddings_and_output_layer)
-    tied_copy = model.vocab_size * model.hidden_size if model.tie_embeddings else 0
-    embedding, head = model.embedding_parameters(), model.head_parameters() + np.where(p > 1, tied_copy, 0.0)
-    # LoRA: only the adapters have gradients and optimizer states (memory.lora_parameters: r x (in + out) per
-    # targeted linear, DoRA's magnitude vector too; the head's adapter when lora_targets names it); the routed experts
-    # and the embedding stay frozen. Under ZeRO-3 / FSDP the frozen base is still sharded: it is all-gathered for
-    # the forward and again for the backward (2 (d - 1) / d of each shard in the compute dtype, the copy the layers
-    # run on: FSDP2 MixedPrecisionPolicy param_dtype, DeepSpeed's bf16 engine), but never reduce-scattered.
-    base = (dense_layer_params, moe_layer_params, routed_per_layer, embedding, head)
-    if training.lora_rank:
-        adapters = float(lora_parameters(model, training.lora_rank, training.lora_targets, training.lora_variant))
-        dense_layer_params = moe_layer_params = adapters
-        routed_per_layer, embedding, head = 0.0, 0.0, float(lora_head_parameters(model, training))
+    base = (*base_weights[:4], base_weights[4] + np.where(p > 1, tied_copy, 0.0))
+    dense_layer_params, moe_layer_params, routed_per_layer, embedding, head = weights
+    if not training.lora_rank:
+        head = base[4]
     gathers_base = bool(training.lora_rank) and get_framework(training.framework).gathers_each_layer(training)
     base_gather_s = 2 * (d_grad - 1) / d_grad * setup.activation_bytes / dp_link if gathers_base else 0.0 * d_grad
     base_expert_gather_s = (2 * (d_expert - 1) / d_expert * setup.activation_bytes / dp_link if gathers_base
                             else 0.0 * d_expert)
-
-    def stage_parameters(layers, moe, first_stage, last_stage, weights):
-        """(dense-sharded, routed-expert) parameters of a stage with `layers` layers, `moe` of them routed-expert
-        ones, from `weights` = (dense layer, MoE layer, routed experts per MoE layer, embedding, head)."""
-        dense_layer, moe_layer, routed, embed, out = weights
-        return ((layers - moe) * dense_layer + moe * moe_layer + np.where(first_stage, embed, 0.0)
-                + np.where(last_stage, out, 0.0)), moe * routed
 
     # Each stage that bounds the others: its layers (the uneven first / last stages' own counts, DeepSeek's dense
     # layers on the first), their compute and communication; the LM head on the last.
@@ -852,21 +848,20 @@ def _components(
         # A stage's time and parameters are linear in its dense-layer count, which never grows from one stage to the
         # next (the dense layers lead, in every round of chunks): among stages of equal layer counts the first and
         # the last bound the rest. So the ends, and where they have their own counts the first and last middle ones.
-        p_last = p - 1
-        stages = (0.0 * p, p_last) if not (np.any(first) or np.any(last)) else (
-            0.0 * p, np.minimum(1.0, p_last), np.maximum(p_last - 1, 0.0), p_last)
+        # (the stages' layer counts and parameters do not depend on the GPU: `shared` keeps them for every type)
+        even = not (np.any(first) or np.any(last))
+        consecutive = even and not np.any(v != 1)
+        if shared is None:
+            stages = _bounding_stage_terms(model, PipelineStages(model.num_layers, p, first, last, v), leading,
+                                           (dense_layer_params, moe_layer_params, routed_per_layer, embedding, head),
+                                           base)
+        else:
+            stages = shared.stage_terms(model, training, even, consecutive, rows)
     # (busy, stage, layers, MoE layers, is last) and (tail, trainable parameters, trainable expert parameters, base
     # parameters, base expert parameters)
     best = heaviest = None
-    for stage in stages:
-        layers = stage_layer_counts(model.num_layers, p, stage, first, last)
-        moe = layers - stage_leading_layers(model.num_layers, leading, p, stage, first, last, v) if leading else (
-            layers if model.is_moe else 0.0)
-        is_last = stage == p - 1
+    for stage, layers, moe, is_last, params, experts, base_params, base_experts in stages:
         busy = layers * dense_layer_s + moe * moe_extra_s + np.where(is_last, head_s, 0.0)
-        params, experts = stage_parameters(layers, moe, stage == 0, is_last, (
-            dense_layer_params, moe_layer_params, routed_per_layer, embedding, head))
-        base_params, base_experts = stage_parameters(layers, moe, stage == 0, is_last, base)
         tail = (params * dense_param_s + experts * expert_param_s
                 + base_params / t * base_gather_s + base_experts / (et * e) * base_expert_gather_s)
         heavy = (tail, params, experts, base_params, base_experts)
@@ -965,6 +960,88 @@ def _components(
         "n_gpus": n_gpus,
         "slowest_stage": slowest,
     }
+
+
+def _parameter_counts(model: ModelSpec, training: TrainingSpec) -> tuple[tuple, tuple, float]:
+    """(trainable, base) parameters of (a dense layer, a MoE layer beyond its routed experts, the routed experts of a
+    MoE layer, the embedding, the head without Megatron's tied copy) and that copy's size."""
+    routed_per_layer = float(model.routed_expert_parameters())
+    layer_common = model.attention_parameters() + 2 * model.norm_parameters()
+    dense_layer_params = layer_common + model.dense_mlp_parameters()
+    moe_layer_params = layer_common + model.moe_mlp_parameters() - routed_per_layer if model.is_moe else 0.0
+    tied_copy = model.vocab_size * model.hidden_size if model.tie_embeddings else 0
+    base = (dense_layer_params, moe_layer_params, routed_per_layer, model.embedding_parameters(),
+            model.head_parameters())
+    # LoRA: only the adapters have gradients and optimizer states (memory.lora_parameters: r x (in + out) per
+    # targeted linear, DoRA's magnitude vector too; the head's adapter when lora_targets names it); the routed experts
+    # and the embedding stay frozen. Under ZeRO-3 / FSDP the frozen base is still sharded: it is all-gathered for
+    # the forward and again for the backward (2 (d - 1) / d of each shard in the compute dtype, the copy the layers
+    # run on: FSDP2 MixedPrecisionPolicy param_dtype, DeepSpeed's bf16 engine), but never reduce-scattered.
+    trainable = base  # the head's entry is replaced by the caller (it adds the tied copy where p > 1)
+    if training.lora_rank:
+        adapters = float(lora_parameters(model, training.lora_rank, training.lora_targets, training.lora_variant))
+        trainable = (adapters, adapters, 0.0, 0.0, float(lora_head_parameters(model, training)))
+    return trainable, base, tied_copy
+
+
+def _stage_parameters(layers, moe, first_stage, last_stage, weights):
+    """(dense-sharded, routed-expert) parameters of a stage with `layers` layers, `moe` of them routed-expert
+    ones, from `weights` = (dense layer, MoE layer, routed experts per MoE layer, embedding, head)."""
+    dense_layer, moe_layer, routed, embed, out = weights
+    return ((layers - moe) * dense_layer + moe * moe_layer + np.where(first_stage, embed, 0.0)
+            + np.where(last_stage, out, 0.0)), moe * routed
+
+
+def _bounding_stage_terms(model: ModelSpec, pipe: PipelineStages, leading: int, weights, base) -> list[tuple]:
+    """(stage, layers, MoE layers, is last, trainable parameters, trainable expert parameters, base parameters, base
+    expert parameters) of each stage that can bound the others (`_components`), none of it GPU-dependent.
+
+    A stage's time and parameters are linear in its dense-layer count, which never grows from one stage to the next
+    (the dense layers lead, in every round of chunks): among stages of equal layer counts the first and the last
+    bound the rest. So the ends, and where they have their own counts the first and last middle ones."""
+    p = pipe.p
+    p_last = p - 1
+    stages = (0.0 * p, p_last) if pipe.even else (0.0 * p, np.minimum(1.0, p_last), np.maximum(p_last - 1, 0.0),
+                                                  p_last)
+    terms = []
+    for stage in stages:
+        layers = pipe.counts(stage)
+        moe = layers - pipe.leading(leading, stage) if leading else (layers if model.is_moe else 0.0)
+        is_last = stage == p - 1
+        params, experts = _stage_parameters(layers, moe, stage == 0, is_last, weights)
+        base_params, base_experts = _stage_parameters(layers, moe, stage == 0, is_last, base)
+        terms.append((stage, layers, moe, is_last, params, experts, base_params, base_experts))
+    return terms
+
+
+class SharedTerms:
+    """What `step_time_totals` reads that does not depend on the GPU type, for one model, training and 1-D arrays of
+    pipeline layouts (p, vp, first and last stage layers): `plans.rank_plans` ranks a subset of the same rows on
+    every type and builds one, so each type's call reads them instead of computing them again. Only a speed-up:
+    the answers are those of the call without it (the row-wise terms are computed on every row, then taken).
+    """
+
+    def __init__(self, pp, vp, first_stage_layers, last_stage_layers):
+        self.p, self.vp, self.first, self.last = (np.asarray(x, dtype=np.float64)
+                                                  for x in (pp, vp, first_stage_layers, last_stage_layers))
+        self.memo: dict = {}  # _components' model-level terms (FLOPs per token, parameter counts, ...)
+        self._stages: dict = {}
+
+    def stage_terms(self, model: ModelSpec, training: TrainingSpec, even: bool, consecutive: bool, rows) -> list:
+        """`_bounding_stage_terms` at `rows`, laid out as a PipelineStages of those rows alone would (`even`,
+        `consecutive`: whether they are; its answers for a row depend on those and the row only)."""
+        key = even, consecutive
+        if key not in self._stages:
+            pipe = PipelineStages(model.num_layers, self.p, self.first, self.last, self.vp)
+            pipe.even, pipe.consecutive = even, consecutive
+            weights, base, tied_copy = self.memo["weights"]
+            head = base[4] + np.where(self.p > 1, tied_copy, 0.0)
+            base = (*base[:4], head)
+            if not training.lora_rank:
+                weights = base
+            leading = model.first_k_dense if model.is_moe else 0
+            self._stages[key] = _bounding_stage_terms(model, pipe, leading, weights, base)
+        return [tuple(x[rows] if np.ndim(x) else x for x in terms) for terms in self._stages[key]]
 
 
 def expert_gemm_roofline_fraction(tokens_per_expert, k_dim, n_dim, operand_bytes, peak_flops_s, bandwidth_bytes_s):
@@ -1138,12 +1215,17 @@ def step_time_totals(
     etp=0,
     first_stage_layers=0,
     last_stage_layers=0,
+    shared: SharedTerms | None = None,
+    rows=None,
 ) -> np.ndarray:
     """`step_time(...).step_time_s` for arrays of d, t, p, micro-batch, ep, cp, vp, etp and the uneven stages'
     first_stage_layers / last_stage_layers (0: even; see `training.uneven_stage_options`), broadcast together, no
     loop.
 
     `micro_batch` replaces `training.micro_batch`; splits are not validated here (filter them before ranking).
+    Calls for several GPU types over rows of the same 1-D layout arrays may pass `shared` (a `SharedTerms` of those
+    arrays, for this model and training) and `rows` (the index or mask of the rows the split arrays are): same
+    answers, less work.
 
     >>> from frenzy_core.gpus import CATALOG
     >>> from frenzy_core.models import ZOO
@@ -1170,5 +1252,7 @@ def step_time_totals(
         etp=etp,
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
+        shared=shared,
+        rows=rows,
     )
     return np.asarray(c["total"], dtype=np.float64)

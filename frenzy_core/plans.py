@@ -41,7 +41,7 @@ from frenzy_core.frameworks import get as get_framework
 from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, divisors
 from frenzy_core.memory import DEFAULT_OVERHEAD, OverheadSpec, predict_memory_totals
 from frenzy_core.models import ModelSpec
-from frenzy_core.perf import step_time_totals
+from frenzy_core.perf import SharedTerms, step_time_totals
 from frenzy_core.training import (
     UNEVEN_LIGHTER_LAYERS,
     Parallelism,
@@ -713,6 +713,8 @@ def rank_plans(
     grouped = np.lexsort(_combined_key([split_g, cell_of]))
     grouped_mem, grouped_cell = mem_g[grouped], cell_of[grouped]
     step_cols = [x[grouped] for x in (d_g, t_g, p_g, b_g, e_g, c_g, v_g, f_g, l_g)]  # what the step model reads
+    # the step model's terms that no GPU type changes (per-token FLOPs, each bounding stage's layers and parameters)
+    shared = SharedTerms(step_cols[2], step_cols[6], step_cols[7], step_cols[8])
 
     fit_rows_by_type, fit_steps, fit_types, other_rows, other_types = [], [], [], [], []
     ordered = sorted(names)
@@ -742,6 +744,8 @@ def rank_plans(
                 vp=v,
                 first_stage_layers=f,
                 last_stage_layers=last,
+                shared=shared,
+                rows=fits,
             ), dtype=np.float64)
         fit_rows_by_type.append(fit), fit_steps.append(step), fit_types.append(np.full(len(fit), rank))
         other_rows.append(other), other_types.append(np.full(len(other), rank))
