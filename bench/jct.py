@@ -199,7 +199,7 @@ def paired(settings, table_runs) -> tuple[list[str], dict]:
 
 # Sections other benches write into docs/results.md between their own markers (bench/fidelity.py, bench/elastic.py):
 # kept, in order, when this bench rewrites the file
-OTHER_SECTIONS = re.compile(r"<!-- (\w+):begin .*?<!-- \1:end -->", re.DOTALL)
+OTHER_SECTIONS = re.compile(r"<!-- ([\w-]+):begin .*?<!-- \1:end -->", re.DOTALL)
 
 
 def main() -> None:
