@@ -211,6 +211,9 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "0.0 -> 1.0"):
         "a run ends with every GPU free (a running job always has an end event on the heap), so the last busy step "
         "is 0 and `until` only multiplies that 0",
+    ("plans", "_dense_ids", "ids.min() < 0", "Lt -> LtE"):
+        "which path `_dense_ids` takes is speed only: ids with a 0 take np.unique's inverse, the same dense ids the "
+        "lookup table gives (its doctest and tests/test_plans.py compare the two)",
     ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "max -> min"):
         "`until` only closes the last busy step, and a run ends with every GPU free (that step is 0 GPUs): any "
         "`until`, 0 included, multiplies that 0 (found by the 2026-12-02 rerun on the final code)",

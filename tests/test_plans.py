@@ -878,3 +878,12 @@ def test_sort_and_group_helpers_answer_as_numpy_does():
     # keys whose ranges multiply past int64 stay as they are
     big = [np.array([2**40, 0]), np.array([0, 2**40])]
     assert len(_combined_key(big)) == 2
+
+
+def test_a_plan_is_uneven_when_either_end_stage_holds_its_own_layer_count():
+    # Megatron's --decoder-first-pipeline-num-layers alone (or --decoder-last-... alone) is an uneven pipeline: the
+    # export then names the virtual stages per rank instead of layers per virtual stage (export.megatron_args)
+    even = rank_plans(ZOO["gpt2"], GPT2_B8, ONE_T4, micro_batch=1).plans[0]
+    assert not even.uneven
+    for first, last in ((3, 0), (0, 3), (3, 3)):
+        assert Plan(**{**even.as_dict(), "pp": 3, "first_stage_layers": first, "last_stage_layers": last}).uneven
