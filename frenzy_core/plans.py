@@ -462,6 +462,20 @@ def expert_parallel_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarra
     return _divisors(model.num_experts)
 
 
+UINT16_MAX = int(np.iinfo(np.uint16).max)
+
+
+def _stable_argsort_ids(ids: np.ndarray) -> np.ndarray:
+    """np.argsort(ids, kind="stable") of non-negative int ids: as uint16 where every id fits one (numpy's stable
+    sort of 16-bit ints is a radix sort), else as they are.
+
+    >>> _stable_argsort_ids(np.array([70000, 1, 70000, 0])).tolist()
+    [3, 1, 0, 2]
+    """
+    fits = len(ids) and int(ids.max()) <= UINT16_MAX
+    return np.argsort(ids.astype(np.uint16) if fits else ids, kind="stable")
+
+
 def _first_of_each(groups: np.ndarray, n_groups: int) -> np.ndarray:
     """For ids 0 .. n_groups - 1 (each present), the position of each one's first occurrence in `groups`.
 
@@ -470,8 +484,7 @@ def _first_of_each(groups: np.ndarray, n_groups: int) -> np.ndarray:
     """
     if not len(groups):
         return np.zeros(0, dtype=np.int64)
-    # a stable sort of small ints is a radix sort
-    order = np.argsort(groups.astype(np.uint16) if n_groups <= 1 << 16 else groups, kind="stable")
+    order = _stable_argsort_ids(groups)
     sorted_groups = groups[order]
     return order[np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])]
 
@@ -662,8 +675,7 @@ def rank_plans(
     # Each chain's rows in ascending b are evaluated in rounds of 1, 1, 2, 4, ... rows, while the chain's last row
     # fits the largest GPU; once most chains of a round still fit, their remaining rows go in one last call.
     chain = _dense_ids(chain_g)
-    # a stable sort of small ints is a radix sort
-    by_chain = np.argsort(chain.astype(np.uint16) if len(chain) and chain.max() < 1 << 16 else chain, kind="stable")
+    by_chain = _stable_argsort_ids(chain)
     starts = np.flatnonzero(np.r_[True, chain[by_chain][1:] != chain[by_chain][:-1]])
     position = np.empty(len(chain), dtype=np.int64)
     position[by_chain] = np.arange(len(chain)) - np.repeat(starts, np.diff(np.r_[starts, len(chain)]))

@@ -887,3 +887,14 @@ def test_a_plan_is_uneven_when_either_end_stage_holds_its_own_layer_count():
     assert not even.uneven
     for first, last in ((3, 0), (0, 3), (3, 3)):
         assert Plan(**{**even.as_dict(), "pp": 3, "first_stage_layers": first, "last_stage_layers": last}).uneven
+
+
+def test_the_small_id_sort_is_numpys_stable_argsort_on_both_sides_of_the_16_bit_bound():
+    from frenzy_core.plans import UINT16_MAX, _stable_argsort_ids
+
+    rng = np.random.default_rng(0)
+    for top in (10, UINT16_MAX, UINT16_MAX + 1, 200_000):
+        ids = rng.integers(0, top + 1, size=5000)
+        ids[:2] = top  # the largest id present, twice: ties keep their order
+        assert _stable_argsort_ids(ids).tolist() == np.argsort(ids, kind="stable").tolist(), top
+    assert _stable_argsort_ids(np.zeros(0, dtype=np.int64)).tolist() == []
