@@ -214,6 +214,10 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("plans", "_dense_ids", "ids.min() < 0", "Lt -> LtE"):
         "which path `_dense_ids` takes is speed only: ids with a 0 take np.unique's inverse, the same dense ids the "
         "lookup table gives (its doctest and tests/test_plans.py compare the two)",
+    ("plans", "_layouts", "p - 1", "1 -> 2"):
+        "the dedup key (first stage's layers, stage p - 2's) determines the last stage's as well as (first, last) "
+        "does: the stages sum to num_layers and the middle ones hold equal shares, so (first, a middle one) fixes "
+        "the last (at p = 2, stage 0 and the total fix it)",
     ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "max -> min"):
         "`until` only closes the last busy step, and a run ends with every GPU free (that step is 0 GPUs): any "
         "`until`, 0 included, multiplies that 0 (found by the 2026-12-02 rerun on the final code)",

@@ -1091,7 +1091,8 @@ def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int)
                 "master_and_states": 0.0, "fp32_grads": 0.0, "flatten_copy": 0.0}
     updated = n / dp if zero >= 1 else n
     chunk = min(updated, recipe.sub_group_elements) if zero >= 3 and recipe.sub_group_elements else updated
-    partition = grads if zero >= 3 else updated * ps.grad_bytes  # ZeRO-1/2 freed the other gradients first
+    # the rank's gradient partition: ZeRO-2/3 keep only it, ZeRO-1 has freed the other gradients by the step
+    partition = updated * ps.grad_bytes
     return {"params": float(weights), "grads": float(partition), "master_and_states": float(optimizer),
             "fp32_grads": float(chunk * FP32_BYTES), "flatten_copy": float(chunk * ps.grad_bytes)}
 
