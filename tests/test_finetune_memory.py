@@ -258,3 +258,14 @@ def test_every_published_row_cites_its_source_and_builds_a_training_spec():
         model_of(row)
     # the rule is sha256(id) % 3 == 0, fixed in the fixture's .md before any comparison
     assert sum(held_out(r["id"]) for r in rows) == 9
+
+
+def test_lora_adapters_split_over_tensor_parallel_ranks():
+    # q,k,v,o adapters of rank 4 on h = 64 (4 heads, kv = h): 4 x (64 + 64) x 4 = 2,048 per layer, 4,096 over 2
+    # layers; under Megatron's bf16-master the trained parameters keep fp32 main gradients (4 bytes) and Adam's
+    # master + 2 states (12 bytes); tensor parallelism splits each adapter with its linear: 1 / t of them per rank
+    assert 2 * lora_parameters(TINY, 4, "q,k,v,o") == 4096
+    for t in (1, 2):
+        tr = TrainingSpec(**{**BASE, "framework": "megatron", "precision": "bf16-master", "lora_targets": "q,k,v,o"})
+        m = predict_memory(TINY, tr, Parallelism(tp=t), overhead=NO_OVERHEAD)
+        assert m.gradients_bytes == 4096 * 4 / t and m.optimizer_bytes == 4096 * 12 / t, t
