@@ -269,3 +269,14 @@ def test_lora_adapters_split_over_tensor_parallel_ranks():
         tr = TrainingSpec(**{**BASE, "framework": "megatron", "precision": "bf16-master", "lora_targets": "q,k,v,o"})
         m = predict_memory(TINY, tr, Parallelism(tp=t), overhead=NO_OVERHEAD)
         assert m.gradients_bytes == 4096 * 4 / t and m.optimizer_bytes == 4096 * 12 / t, t
+
+
+def test_fsdp_shards_the_frozen_base_with_the_adapters():
+    # fully_shard (ZeRO-3) shards every parameter, frozen or not, over the data-parallel ranks: the 210,240 base
+    # weights and the all-linear adapters of rank 4 (q, k, v, o: 4 x 128 each; gate, up: 4 x (64 + 128); down the
+    # same: 4,352 per layer, 2 layers) in bf16, over d ranks
+    assert TINY.parameter_count() == 210_240 and lora_parameters(TINY, 4, "all-linear") == 4352
+    one = (210_240 + 2 * 4352) * BF16
+    for d in (1, 2, 4):
+        tr = TrainingSpec(**{**BASE, "framework": "fsdp2", "zero_stage": 3, "global_batch": 4})
+        assert predict_memory(TINY, tr, Parallelism(dp=d), overhead=NO_OVERHEAD).weights_bytes == one / d, d
