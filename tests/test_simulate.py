@@ -807,3 +807,10 @@ def test_the_sia_node_limit_takes_one_node_and_refuses_zero():
     _check_options(SimOptions(sia_node_limit=1))
     with pytest.raises(SpecError, match="sia_node_limit"):
         _check_options(SimOptions(sia_node_limit=0))
+
+
+def test_progress_of_a_single_job_is_one_when_it_ends():
+    """One job: its end is the whole run (1 of 1 = 1.0), then the closing 1.0; never a half."""
+    seen: list[float] = []
+    simulate([TraceJob("only", 0.0, 1, 5.0)], parse_cluster_yaml(ONE_NODE), "fcfs", progress=seen.append)
+    assert seen == [1.0, 1.0]
