@@ -218,6 +218,10 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "the dedup key (first stage's layers, stage p - 2's) determines the last stage's as well as (first, last) "
         "does: the stages sum to num_layers and the middle ones hold equal shares, so (first, a middle one) fixes "
         "the last (at p = 2, stage 0 and the total fix it)",
+    ("plans", "rank_plans", "len(chain) + 1 if get_framework(training.framework).is_band else 1", "1 -> 2"):
+        "the first round's size is speed only: a chain's rows go in ascending micro-batch, so the extra rows a "
+        "larger round evaluates need more memory than the row before them; they fit no GPU the earlier one did not, "
+        "and never become a cell's smallest-memory row (the band framework evaluates every row at once, the same way)",
     ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "max -> min"):
         "`until` only closes the last busy step, and a run ends with every GPU free (that step is 0 GPUs): any "
         "`until`, 0 included, multiplies that 0 (found by the 2026-12-02 rerun on the final code)",
