@@ -189,10 +189,6 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "loop", "self.push(wake, WAKE, -1, self.wake_token)", "1 -> 2"):
         "the job field of a WAKE event is never read (the loop skips to the next event before _event), and the heap "
         "orders by (time, kind, unique sequence) before it",
-    ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0) if math.isfinite(self.makespan_s) else 0.0",
-     "0.0 -> 1.0"):
-        "the else branch runs only when no job finished; a run ends with every GPU free (a running job always has an "
-        "end event on the heap), so the last busy step is 0 and `until` only multiplies that 0",
     ("simulate", "loop", "self.queue and self.running", "And -> Or"):
         "the extra wake-ups it schedules are for instants when the queue is empty: a wake-up calls the policy only "
         "with a non-empty queue, and every instant that leaves jobs queued beside running ones computes (and bumps) "
@@ -208,9 +204,6 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "_event", "st.done_fraction = 1.0", "1.0 -> 1.5"):
         "a completed job's trained share is never read again: a done job is in neither the queue nor the running "
         "set, and the result reports state and finish time, not the share",
-    ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "0.0 -> 1.0"):
-        "a run ends with every GPU free (a running job always has an end event on the heap), so the last busy step "
-        "is 0 and `until` only multiplies that 0",
     ("plans", "_dense_ids", "ids.min() < 0", "Lt -> LtE"):
         "which path `_dense_ids` takes is speed only: ids with a 0 take np.unique's inverse, the same dense ids the "
         "lookup table gives (its doctest and tests/test_plans.py compare the two)",
@@ -222,9 +215,6 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
         "the first round's size is speed only: a chain's rows go in ascending micro-batch, so the extra rows a "
         "larger round evaluates need more memory than the row before them; they fit no GPU the earlier one did not, "
         "and never become a cell's smallest-memory row (the band framework evaluates every row at once, the same way)",
-    ("simulate", "gpu_hours_by_type", "max(self.makespan_s, 0.0)", "max -> min"):
-        "`until` only closes the last busy step, and a run ends with every GPU free (that step is 0 GPUs): any "
-        "`until`, 0 included, multiplies that 0 (found by the 2026-12-02 rerun on the final code)",
     ("simulate", "_job_done", "min(f, 1.0)", "1.0 -> 1.5"):
         "f = finished jobs / jobs never exceeds 1, so min(f, 1.5) is f, as min(f, 1.0) is",
     ("simulate", "loop", "self.wake_token += 1", "1 -> 2"):

@@ -132,15 +132,19 @@ def integral_mean(values: Sequence[float]) -> float | int:
     return int(m) if math.isfinite(m) and m == int(m) else m
 
 
-def busy_gpu_seconds(times_s: np.ndarray, busy: np.ndarray, until_s: float) -> float:
-    """Integral of a step function busy(t) (value holds from times_s[i] to times_s[i+1]) up to until_s.
+def busy_gpu_seconds(times_s: np.ndarray, busy: np.ndarray, until_s: float | None = None) -> float:
+    """Integral of a step function busy(t) (value holds from times_s[i] to times_s[i+1]) up to until_s; None closes
+    the last step where it starts (a finished run's last step, every GPU free, adds nothing either way).
 
     >>> busy_gpu_seconds(np.array([0.0, 10.0]), np.array([4, 0]), 20.0)
+    40.0
+    >>> busy_gpu_seconds(np.array([0.0, 10.0]), np.array([4, 0]))
     40.0
     """
     if len(times_s) == 0:
         return 0.0
-    t = np.append(np.asarray(times_s, dtype=float), until_s)
+    t = np.asarray(times_s, dtype=float)
+    t = np.append(t, t[-1] if until_s is None else until_s)
     return float(np.sum(np.diff(t) * np.asarray(busy, dtype=float)))
 
 

@@ -803,12 +803,8 @@ def _components(
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
     if "weights" not in memo:
         memo["weights"] = _parameter_counts(model, training)
-    weights, base_weights, tied_copy = memo["weights"]
-    # Megatron's last stage keeps its own copy of a tied embedding as the head (setup_embeddings_and_output_layer)
-    base = (*base_weights[:4], base_weights[4] + np.where(p > 1, tied_copy, 0.0))
+    weights, base = _stage_weights(memo["weights"], p, training.lora_rank)
     dense_layer_params, moe_layer_params, routed_per_layer, embedding, head = weights
-    if not training.lora_rank:
-        head = base[4]
     gathers_base = bool(training.lora_rank) and get_framework(training.framework).gathers_each_layer(training)
     base_gather_s = 2 * (d_grad - 1) / d_grad * setup.activation_bytes / dp_link if gathers_base else 0.0 * d_grad
     base_expert_gather_s = (2 * (d_expert - 1) / d_expert * setup.activation_bytes / dp_link if gathers_base
@@ -845,16 +841,13 @@ def _components(
         base_experts = moe * base[2]
         stages = ()
     else:
-        # A stage's time and parameters are linear in its dense-layer count, which never grows from one stage to the
-        # next (the dense layers lead, in every round of chunks): among stages of equal layer counts the first and
-        # the last bound the rest. So the ends, and where they have their own counts the first and last middle ones.
-        # (the stages' layer counts and parameters do not depend on the GPU: `shared` keeps them for every type)
+        # the stages that can bound the others (`_bounding_stage_terms`); none of it depends on the GPU: `shared`
+        # keeps them for every type
         even = not (np.any(first) or np.any(last))
         consecutive = even and not np.any(v != 1)
         if shared is None:
             stages = _bounding_stage_terms(model, PipelineStages(model.num_layers, p, first, last, v), leading,
-                                           (dense_layer_params, moe_layer_params, routed_per_layer, embedding, head),
-                                           base)
+                                           weights, base)
         else:
             stages = shared.stage_terms(model, training, even, consecutive, rows)
     # (busy, stage, layers, MoE layers, is last) and (tail, trainable parameters, trainable expert parameters, base
@@ -984,6 +977,14 @@ def _parameter_counts(model: ModelSpec, training: TrainingSpec) -> tuple[tuple, 
     return trainable, base, tied_copy
 
 
+def _stage_weights(counts: tuple[tuple, tuple, float], p, lora_rank) -> tuple[tuple, tuple]:
+    """(trainable, base) per-part parameters of `_parameter_counts` with Megatron's tied head copy on the last stage
+    where p > 1 (setup_embeddings_and_output_layer); without LoRA everything trains, so trainable is base."""
+    trainable, base, tied_copy = counts
+    base = (*base[:4], base[4] + np.where(p > 1, tied_copy, 0.0))
+    return (trainable if lora_rank else base), base
+
+
 def _stage_parameters(layers, moe, first_stage, last_stage, weights):
     """(dense-sharded, routed-expert) parameters of a stage with `layers` layers, `moe` of them routed-expert
     ones, from `weights` = (dense layer, MoE layer, routed experts per MoE layer, embedding, head)."""
@@ -1034,11 +1035,7 @@ class SharedTerms:
         if key not in self._stages:
             pipe = PipelineStages(model.num_layers, self.p, self.first, self.last, self.vp)
             pipe.even, pipe.consecutive = even, consecutive
-            weights, base, tied_copy = self.memo["weights"]
-            head = base[4] + np.where(self.p > 1, tied_copy, 0.0)
-            base = (*base[:4], head)
-            if not training.lora_rank:
-                weights = base
+            weights, base = _stage_weights(self.memo["weights"], self.p, training.lora_rank)
             leading = model.first_k_dense if model.is_moe else 0
             self._stages[key] = _bounding_stage_terms(model, pipe, leading, weights, base)
         return [tuple(x[rows] if np.ndim(x) else x for x in terms) for terms in self._stages[key]]

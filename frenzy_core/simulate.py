@@ -223,8 +223,8 @@ class SimResult:
         return float(fin.max() - self.jobs["arrival_s"].min()) if fin.size else math.nan
 
     def gpu_hours_by_type(self) -> dict[str, float]:
-        until = max(self.makespan_s, 0.0) if math.isfinite(self.makespan_s) else 0.0
-        return {g: metrics.busy_gpu_seconds(self.util_times_s, self.util_busy[:, i], until) / 3600.0
+        # a run ends with every GPU free (a running job always has an end event), so the last step adds nothing
+        return {g: metrics.busy_gpu_seconds(self.util_times_s, self.util_busy[:, i]) / 3600.0
                 for i, g in enumerate(self.gpu_types)}
 
     def utilisation(self) -> pd.DataFrame:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import numpy as np
@@ -38,7 +38,7 @@ import numpy as np
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
 from frenzy_core.gpus import GPUType
-from frenzy_core.limits import divisors, short_repr
+from frenzy_core.limits import MAX_SIZE_NOISE_SIGMA, divisors, short_repr
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.plans import (
     SPEED_RTOL,
@@ -526,10 +526,6 @@ def with_size_noise(workload: Workload, sigma: float, seed: int) -> Workload:
     >>> with_size_noise(w, 0.0, 0) is w, with_size_noise(w, 0.5, 0).jobs[0].tokens
     (True, 1000000000.0)
     """
-    from dataclasses import replace
-
-    from frenzy_core.limits import MAX_SIZE_NOISE_SIGMA
-
     if not (isinstance(sigma, int | float) and math.isfinite(sigma) and 0.0 <= sigma <= MAX_SIZE_NOISE_SIGMA):
         raise SpecError("size_noise", f"must be a number in [0, {MAX_SIZE_NOISE_SIGMA:g}] (the lognormal sigma of "
                                       f"the size error; 0 = exact sizes), got {short_repr(sigma)}")

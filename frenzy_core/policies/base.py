@@ -80,6 +80,14 @@ class JobStatus:
         # try plans predicted to need less (SimOptions.oom_truth)
         self.oom_memory_bytes: int | None = None
 
+    def done_share_at(self, now_s: float) -> float:
+        """Share of the true token budget trained by now_s: the checkpointed share, plus a running job's training
+        since its restart ended (what a scheduler reads off the job's step counter)."""
+        if self.state != "running":
+            return self.done_fraction
+        worked = max(0.0, now_s - self.run_start_s - self.startup_s)
+        return min(self.done_fraction + worked / self.plan.time_to_train_s, 1.0)
+
     def believed_left_share(self, done_fraction: float) -> float:
         """Share of the true token budget a size-aware policy believes is left once `done_fraction` of it is
         trained: 1 - done_fraction, or with size noise (`workload.with_size_noise`) believed / true tokens less what

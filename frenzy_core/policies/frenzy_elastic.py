@@ -408,19 +408,11 @@ class FrenzyElasticPolicy(SiaPolicy):
             self._restart_cost[key] = self.ctx.options.restart.cost_s(job)
         return self._restart_cost[key]
 
-    @staticmethod
-    def done_now(view: SchedulerView, st) -> float:
-        """Share of the tokens trained by now (a running job's current run included, its restart excluded)."""
-        if st.state != "running":
-            return st.done_fraction
-        worked = max(0.0, view.now_s - st.run_start_s - st.startup_s)
-        return min(st.done_fraction + worked / st.plan.time_to_train_s, 1.0)
-
     def priority(self, view: SchedulerView, st, ref: float) -> float:
         """w: least attained service (no size knowledge), or under -srpt the predicted remaining GPU-hours at the
         job's leanest plan (tokens left / its per-GPU speed `ref`)."""
         if self.options.srpt:  # the believed size (`JobStatus.believed_left_share`: exact unless size noise)
-            left = st.believed_left_share(self.done_now(view, st)) * st.job.tokens
+            left = st.believed_left_share(st.done_share_at(view.now_s)) * st.job.tokens
             return 1.0 / (1.0 + left / max(ref, 1e-12) / 3600.0)
         return 1.0 / (1.0 + st.attained_gpu_s(view.now_s) / 3600.0 / self.options.las_quantum_gpu_h)
 
@@ -431,7 +423,7 @@ class FrenzyElasticPolicy(SiaPolicy):
         age = view.now_s - st.first_start_s if st.first_start_s is not None else 0.0
         hold = age / (st.restarts + 1)
         if self.options.srpt and x_now:
-            hold = min(hold, st.believed_left_share(self.done_now(view, st)) * st.job.tokens / x_now)
+            hold = min(hold, st.believed_left_share(st.done_share_at(view.now_s)) * st.job.tokens / x_now)
         return max(hold, self.options.min_horizon_s)
 
     def guard_end_s(self, view: SchedulerView, st) -> float:

@@ -55,11 +55,8 @@ class PreemptiveFrenzy(FrenzySharePolicy):
 
     # --- what the walk needs to know about a job ---------------------------------------------------------------
     def done_now(self, view: SchedulerView, st) -> float:
-        """Share of the tokens trained by now (a running job's current run included, its restart excluded)."""
-        if st.state != "running":
-            return st.done_fraction
-        worked = max(0.0, view.now_s - st.run_start_s - st.startup_s)
-        return min(st.done_fraction + worked / st.plan.time_to_train_s, 1.0)
+        """Share of the tokens trained by now (`JobStatus.done_share_at`)."""
+        return st.done_share_at(view.now_s)
 
     def _candidates(self, st, n_active: int):
         plans, _mins = self.ranked(st)
