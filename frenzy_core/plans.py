@@ -489,6 +489,19 @@ def _first_of_each(groups: np.ndarray, n_groups: int) -> np.ndarray:
     return order[np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])]
 
 
+def _mixed_radix(*digits: tuple[np.ndarray, int]) -> np.ndarray:
+    """One int64 id per row from (digit column, radix) pairs, most significant first, each digit in range(radix):
+    the row's digits read as a mixed-radix number, so two rows share an id only if they share every digit.
+
+    >>> _mixed_radix((np.array([0, 1, 1]), 2), (np.array([2, 0, 2]), 3)).tolist()  # 0*3+2, 1*3+0, 1*3+2
+    [2, 3, 5]
+    """
+    ids = np.zeros(len(digits[0][0]), dtype=np.int64)
+    for digit, radix in digits:
+        ids = ids * radix + digit
+    return ids
+
+
 def _dense_ids(ids: np.ndarray) -> np.ndarray:
     """`np.unique(ids, return_inverse=True)[1]` for non-negative int ids: 0, 1, ... in ascending id order, through a
     lookup table where the ids are small (no sort).
@@ -651,7 +664,7 @@ def rank_plans(
     ei, ci = eci // len(c_all), eci % len(c_all)
     di = db[ki, 0]
     # one id per chain of micro-batches (rows equal but for b; the grid holds each chain's rows in ascending b)
-    chain_g = (((di * len(t_all) + ti) * len(layouts) + ji) * len(e_all) + ei) * len(c_all) + ci
+    chain_g = _mixed_radix((di, len(d_all)), (ti, len(t_all)), (ji, len(layouts)), (ei, len(e_all)), (ci, len(c_all)))
     several_layouts = len(layouts) > len(p_all)  # some p has more than one (vp, first, last) to choose from
 
     def split_columns(rows):
@@ -700,9 +713,8 @@ def rank_plans(
     o_g = layouts[ji[rows], 4]
     # one id per (d, t, p, cp): a heatmap cell and a plan; one per split up to the layout (vp, first, last)
     t_i, k_i, e_i, c_i, p_i = ti[rows], ki[rows], ei[rows], ci[rows], p_index[ji[rows]]
-    cell_g = ((di[rows] * len(t_all) + t_i) * len(p_all) + p_i) * len(c_all) + c_i
-    split_g = ((k_i * len(t_all) + t_i) * len(p_all) + p_i) * len(c_all) + c_i
-    split_g = split_g * len(e_all) + e_i
+    cell_g = _mixed_radix((di[rows], len(d_all)), (t_i, len(t_all)), (p_i, len(p_all)), (c_i, len(c_all)))
+    split_g = _mixed_radix((k_i, len(db)), (t_i, len(t_all)), (p_i, len(p_all)), (c_i, len(c_all)), (e_i, len(e_all)))
     min_memory = float(mem_g.min()) if len(mem_g) else 0.0
     # Per (d, t, p, cp) cell, type-independent: its GPUs and t, and its smallest-memory row (the heatmap shows it
     # where nothing fits). The tie-breaks are type-independent too, each one rank over the grid: (memory, ep, vp,

@@ -898,3 +898,14 @@ def test_the_small_id_sort_is_numpys_stable_argsort_on_both_sides_of_the_16_bit_
         ids[:2] = top  # the largest id present, twice: ties keep their order
         assert _stable_argsort_ids(ids).tolist() == np.argsort(ids, kind="stable").tolist(), top
     assert _stable_argsort_ids(np.zeros(0, dtype=np.int64)).tolist() == []
+
+
+def test_mixed_radix_ids_number_the_rows_in_lexicographic_order():
+    """The grid's cell, split and chain ids: every digit tuple its own id, ascending as itertools.product counts."""
+    from frenzy_core.plans import _mixed_radix
+
+    radices = (3, 1, 4, 2)
+    rows = np.array(list(itertools.product(*(range(r) for r in radices))), dtype=np.int64)
+    ids = _mixed_radix(*((rows[:, i], r) for i, r in enumerate(radices)))
+    assert ids.dtype == np.int64
+    assert ids.tolist() == list(range(3 * 1 * 4 * 2))
