@@ -5,7 +5,10 @@ Each mutant flips one operator or constant in one function of a core module (a c
 of the repository, every test file that imports the module (an `import`/`from` of `frenzy_core.<module>` or
 `from frenzy_core import <module>`, or the dotted name `frenzy_core.<module>` anywhere in a `tests/test_*.py`) plus
 the module's own doctests (`--doctest-modules frenzy_core/<module>.py`). `--indirect` adds the test files that import
-a core module which imports it (metrics.py, say, is also run by test_simulate.py through simulate.py).
+a core module which imports it (metrics.py, say, is also run by test_simulate.py through simulate.py). A package
+whose `__init__` re-exports its modules' names (FACADE_PACKAGES: `memory`) stands for all of them: `--modules
+memory` mutates each of frenzy_core/memory/*.py on its own, with every test file that imports the package or that
+module (the rest of the repository imports the package, never a module inside it).
 
 A mutant is *killed* when a test fails (pytest exit 1, or 2 when a test file no longer imports), *survives* when
 they all pass, *times out* when the run exceeds `--timeout-s` (reported apart, never counted as killed) and is an
@@ -19,6 +22,7 @@ listed with file:line:column, the function and the source before and after, so e
     python bench/mutation.py --per-module 30 --modules memory plans
     python bench/mutation.py --seed 0 1        # two draws; a mutant both draws hold runs once
     python bench/mutation.py --modules metrics --per-module 6 --indirect
+    python bench/mutation.py --modules memory --list  # the modules, their test files and the mutants; runs none
 
 Tests that already fail on the unmutated code are named and deselected, so they cannot count as kills.
 
@@ -46,6 +50,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "frenzy_core"
 DEFAULT_MODULES = ("memory", "plans", "packing", "simulate", "metrics")
+# Packages whose __init__ re-exports the names of its modules: every file outside imports the package, so a test that
+# imports it runs each of its modules, and naming the package names all of them (`expand_modules`)
+FACADE_PACKAGES = ("memory",)
 # what the copy leaves out: the environment, history, caches and earlier copies
 COPY_IGNORE = shutil.ignore_patterns(".venv", ".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mutation-*",
                                      "*.egg-info", "node_modules")
@@ -61,6 +68,20 @@ def core_modules() -> list[str]:
     """Every core module by dotted name under frenzy_core (`memory`, `policies.fcfs`), package inits left out."""
     return sorted(".".join(p.relative_to(CORE).with_suffix("").parts) for p in CORE.rglob("*.py")
                   if p.name != "__init__.py" and "__pycache__" not in p.parts)
+
+
+def expand_modules(names: list[str]) -> list[str]:
+    """Module names with each facade package (FACADE_PACKAGES) replaced by its modules, in order, each once.
+
+    >>> expand_modules(["plans", "memory"])[:3]
+    ['plans', 'memory.activations', 'memory.adapters']
+    """
+    out: list[str] = []
+    for name in names:
+        for mod in ([m for m in core_modules() if m.startswith(name + ".")] if name in FACADE_PACKAGES else [name]):
+            if mod not in out:
+                out.append(mod)
+    return out
 
 
 def module_path(mod: str) -> str:
@@ -97,9 +118,9 @@ def _imported_core_modules(source: str, importer: str = "") -> set[str]:
 
 
 def test_files_for(mod: str, indirect: bool = False) -> list[str]:
-    """The tests/test_*.py files that import `mod` (see _imported_core_modules); with `indirect`, also those that
-    import a core module which imports it, at any depth."""
-    targets = {mod}
+    """The tests/test_*.py files that import `mod` (see _imported_core_modules) or the facade package holding it
+    (FACADE_PACKAGES); with `indirect`, also those that import a core module which imports either, at any depth."""
+    targets = {mod} | {pkg for pkg in FACADE_PACKAGES if mod.startswith(pkg + ".")}
     if indirect:
         imports = {m: _imported_core_modules((REPO / module_path(m)).read_text(), m) for m in core_modules()}
         grew = True
@@ -162,11 +183,11 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("limits", "load_yaml", "short_repr(problem, 80)", "80 -> 81"):
         "no PyYAML problem string reaches 80 characters: the longest template (scanner.py, 'expected URI escape "
         "sequence of 2 hexadecimal numbers, but found %r') is 67 with one character's repr, under 78 quoted",
-    ("memory", "_detailed", "0.0 * weights", "Mult -> Div"):
+    ("memory.states", "stage_model_states", "0.0 * weights", "Mult -> Div"):
         "0 / weights is 0 as 0 x weights is: every stage holds weights (> 0), so no 0 / 0 arises",
-    ("memory", "zero3_gathered_elements", "_compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True), training.recompute == 'full', float(par.ep), p - 1, float(par.expert_tp), float(par.dp * par.cp), training.offload == 'params', (par.first_stage_layers, par.last_stage_layers, par.vp))", "3 -> 4"):
+    ("memory.copies", "zero3_gathered_elements", "_compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True), training.recompute == 'full', float(par.ep), p - 1, float(par.expert_tp), float(par.dp * par.cp), training.offload == 'params', (par.first_stage_layers, par.last_stage_layers, par.vp))", "3 -> 4"):
         "_compute_copies only asks `zero < 3`: 3 and 4 take the same ZeRO-3 branch",
-    ("memory", "zero3_gathered_elements", "training.recompute == 'full'", "Eq -> NotEq"):
+    ("memory.copies", "zero3_gathered_elements", "training.recompute == 'full'", "Eq -> NotEq"):
         "_compute_copies reads full_recompute only below ZeRO-3; this call is always ZeRO-3",
     ("plans", "within_scaling_floor", "floor <= 0 or not plans", "Or -> And"):
         "a shortcut only: scaling_keep has the same guard (floor <= 0 keeps every plan; no plans give an empty mask)",
@@ -220,13 +241,14 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "loop", "self.wake_token += 1", "1 -> 2"):
         "wake tokens are only compared for equality with the latest one pushed: any strictly increasing counter "
         "tells a stale wake-up apart the same way",
-    ("memory", "effective_zero_stage", "return 3", "3 -> 4"):
-        "the stage is only compared (_detailed: == 0, >= 1, >= 3; _compute_copies: < 3; model_state_bytes: >= 1, "
-        ">= 2, >= 3) and has no caller outside memory.py: 4 passes every test 3 passes",
-    ("memory", "layer_activations", "ps.compute_copy_bytes > 0", "0 -> 1"):
+    ("memory.states", "effective_zero_stage", "return 3", "3 -> 4"):
+        "the stage is only compared (step_context: == 0; stage_model_states: >= 3; gradient_bucket_bytes, "
+        "optimizer_step_terms: >= 1; backward_gradients: in (1, 2); _compute_copies: < 3; model_state_bytes: >= 1, "
+        ">= 2, >= 3) and has no caller outside frenzy_core/memory/: 4 passes every test 3 passes",
+    ("memory.activations", "_layer_context", "ps.compute_copy_bytes > 0", "0 -> 1"):
         "compute_copy_bytes is 0 or 2 in every PrecisionSetup (training.PRECISIONS, recipes.precision_setup's "
         "fsdp2/deepspeed setups; TrainingSpec.precision names one of them): > 1 and > 0 agree",
-    ("memory", "_detailed", "0.0 * optimizer", "Mult -> Div"):
+    ("memory.states", "stage_model_states", "0.0 * optimizer", "Mult -> Div"):
         "optimizer > 0 on every stage (every stage has parameters, LoRA adapters when lora_rank >= 1, and every "
         "optimizer keeps states: OPTIMIZER_STATE_BYTES > 0), finite (check_sizes bounds the sizes): 0 / x == 0 * x",
     ("limits", "divisors", "n <= 0", "LtE -> Lt"):
@@ -399,21 +421,28 @@ def _tally(verdicts: list[str]) -> dict[str, int | float | None]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modules", nargs="+", default=list(DEFAULT_MODULES), choices=core_modules(),
-                    metavar="MODULE", help="core modules by dotted name under frenzy_core (default: %(default)s)")
+    ap.add_argument("--modules", nargs="+", default=list(DEFAULT_MODULES), choices=[*core_modules(), *FACADE_PACKAGES],
+                    metavar="MODULE", help="core modules by dotted name under frenzy_core, or a package of "
+                    f"FACADE_PACKAGES ({', '.join(FACADE_PACKAGES)}) for each of its modules (default: %(default)s)")
     ap.add_argument("--per-module", type=int, default=12, help="mutants drawn per module and seed")
     ap.add_argument("--seed", type=int, nargs="+", default=[0],
                     help="one or more seeds; a mutant drawn by several seeds runs once")
     ap.add_argument("--timeout-s", type=float, default=120.0, help="per mutant; a run past it is a 'timeout'")
     ap.add_argument("--indirect", action="store_true",
                     help="also run the test files that import a core module which imports the mutated one")
+    ap.add_argument("--list", action="store_true",
+                    help="print the modules, their test files and the mutants drawn, then exit without running any")
     args = ap.parse_args()
+    args.modules = expand_modules(args.modules)
     t_start = time.perf_counter()
     tests_by_module = {mod: test_files_for(mod, args.indirect) for mod in args.modules}
     for mod, tests in tests_by_module.items():
         print(f"{mod}: {len(tests)} test files + doctests of {module_path(mod)}:", *tests, flush=True)
     drawn = {seed: draw_mutants(args.modules, args.per_module, seed) for seed in args.seed}
     mutants = sorted({m for ms in drawn.values() for m in ms}, key=lambda m: (args.modules.index(m.module), m.site))
+    if args.list:
+        print(f"{len(mutants)} mutants:", *(m.where() for m in mutants), sep="\n  ")
+        return
     # a copy beside the repository, so tests that read ../shared still find it
     work = Path(tempfile.mkdtemp(prefix=".mutation-", dir=REPO.parent))
     try:

@@ -1,7 +1,7 @@
 """The GPU catalog: memory, dense peak TFLOP/s, memory bandwidth, intra-node link, price, and where each came from.
 
 Memory is the nominal capacity in GiB as the vendor names the part (an "80GB" H100 reports 81,559 MiB); the CUDA
-context and allocator reserve are modelled as overhead in `memory.py`, not taken off here.
+context and allocator reserve are modelled as overhead in `memory/` (pools.py), not taken off here.
 Peak TFLOP/s are dense (no 2:4 sparsity) tensor-core figures for bf16, or fp16 on parts without bf16 (T4, V100,
 RTX 2080 Ti, P100), with fp32 accumulation where the vendor distinguishes (GeForce cards).
 Prices are typical on-demand US$ per GPU-hour in 2024-2025 from public price lists; they are planning defaults,

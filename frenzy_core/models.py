@@ -332,7 +332,7 @@ class ModelSpec(BaseModel):
 
     def _per_layer(self, dense: int, moe: int) -> int | float:
         """The mean over layers of a per-layer count: exact (an int) when every layer is alike, otherwise the
-        float total / num_layers, so that num_layers x it is the exact total (what memory.py and perf.py multiply)."""
+        float total / num_layers, so that num_layers x it is the exact total (what memory/ and perf.py multiply)."""
         if not self.num_moe_layers:
             return dense
         if not self.num_dense_layers:

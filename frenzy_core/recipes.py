@@ -31,7 +31,7 @@ from frenzy_core.frameworks.megatron import MEGATRON_VOCAB_PARALLEL_CE_BYTES
 from frenzy_core.frameworks.pytorch import RECIPE as PYTORCH
 from frenzy_core.frameworks.pytorch import TORCH_CROSS_ENTROPY_BYTES
 
-# The recipe of every known stack, by name: memory.py looks them up here at call time (tests swap one in)
+# The recipe of every known stack, by name: the memory package looks them up here at call time (tests swap one in)
 RECIPES: dict[str, Recipe] = {name: _STACKS[name].recipe for name in KNOWN}
 
 FRAMEWORKS = KNOWN

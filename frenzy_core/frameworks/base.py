@@ -119,7 +119,7 @@ class Framework:
     export_format: str | None  # the export.FORMATS entry its users reach for first (None: no default)
     default_precision: str  # the CLI's --precision default for this stack
     # --- capabilities: what the planner enumerates and TrainingSpec accepts under this stack ---------------------
-    supports_cp: bool  # context parallelism as ring attention (what memory.py and perf.py model)
+    supports_cp: bool  # context parallelism as ring attention (what memory/ and perf.py model)
     supports_vp: bool  # an interleaved 1F1B schedule the exports can launch (vp > 1)
     supports_uneven_stages: bool  # Megatron's uneven first / last pipeline stages
     supports_ep: bool  # expert parallelism (ep > 1) for MoE models

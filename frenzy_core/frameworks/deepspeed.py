@@ -94,7 +94,7 @@ FRAMEWORK = Framework(
     recipe=RECIPE,
     export_format="deepspeed",
     default_precision="amp",
-    # Ulysses sequence parallelism is a different all-to-all scheme from the ring attention memory.py / perf.py model
+    # Ulysses sequence parallelism is a different all-to-all scheme from the ring attention memory/ / perf.py model
     supports_cp=False,
     supports_vp=False,  # DeepSpeed's pipeline engine has no interleaved schedule
     supports_uneven_stages=False,

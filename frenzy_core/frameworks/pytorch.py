@@ -40,7 +40,7 @@ FRAMEWORK = Framework(
     recipe=RECIPE,
     export_format="slurm",  # a torchrun batch script: our decoder has no launcher config of its own
     default_precision="amp",
-    # our own decoder runs ring attention over cp ranks, as memory.py and perf.py model it
+    # our own decoder runs ring attention over cp ranks, as memory/ and perf.py model it
     supports_cp=True,
     # no interleaved schedule we can launch it with (the exports give plain PyTorch none)
     supports_vp=False,

@@ -1,0 +1,146 @@
+"""The phase table of the detailed memory model (frenzy_core/memory/phases.py): the peak is the largest phase, each
+phase the sum of the terms the table lists for it. Numbers worked by hand for a model small enough to count."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from frenzy_core.memory import NO_OVERHEAD, PHASES, phase_components, predict_memory, stage_terms
+from frenzy_core.memory.phases import PHASE_COMPONENTS
+from frenzy_core.models import ModelSpec
+from frenzy_core.training import TrainingSpec
+
+# A Llama-shaped model to count by hand: h = 64, 4 heads of 16 (q = 64 wide), 2 KV heads (k, v = 32 wide), SwiGLU
+# ffn 96, V = 512, 2 layers, RMSNorm, untied head, no biases
+TINY = ModelSpec(name="tiny-phases", vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                 ffn_size=96, mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", norm_kind="rmsnorm",
+                 bias=False, max_positions=1024)
+H, V, L = 64, 512, 2
+# embedding V h + per layer (q, k, v, o = 64h + 32h + 32h + 64h; gate, up, down = 3 x 96h; two norms 2h) + final
+# norm h + head V h
+LAYER_PARAMS = (64 + 32 + 32 + 64) * H + 3 * 96 * H + 2 * H  # 30,848
+W = V * H + L * LAYER_PARAMS + H + V * H  # 127,296
+FP32 = 4
+# fp32 everywhere (4 B per element: params, grads, activations, residual stream), foreach AdamW, one GPU, one
+# micro-batch per step: no master copy, no autocast copies, gradients not alive at the start of backward
+FP32_ADAMW = dict(precision="fp32", optimizer="adamw", global_batch=1, micro_batch=1, attention="flash")
+
+
+def _tokens_layer_bytes() -> int:
+    """Bytes one layer saves per token (fp32, flash, fused QKV and gate/up as plain PyTorch runs them)."""
+    replicated = 2 * (FP32 * H + FP32 * 1 + FP32 * H)  # per block: the norm's input, its rstd, the first linear's input
+    attention = FP32 * (64 + 32 + 32) + FP32 * (64 + 32) + FP32 * 64 + FP32 * 4  # qkv out, rotated q k, out, lse
+    swiglu = FP32 * 2 * 96 + FP32 * 96 + FP32 * 96  # gate|up output, SiLU output, their product
+    return replicated + attention + swiglu  # 1,032 + 1,168 + 1,536 = 3,736
+
+
+def _outside_layers(s: int) -> int:
+    """Token ids, the RoPE cos / sin tables (bf16, head_dim 16) and the final norm's, head's and loss' saved inputs."""
+    token_ids = 8 * s
+    rope = 2 * s * 16 * 2
+    head = s * (FP32 * H + FP32) + s * FP32 * H + 8 * s  # final norm input + rstd, head input, target ids
+    return token_ids + rope + head
+
+
+def test_the_tiny_models_parameters_are_counted_by_hand():
+    assert W == 127_296
+    assert TINY.parameter_count() == W
+
+
+def test_the_optimizer_step_of_fp32_adamw_is_twenty_bytes_per_parameter_and_the_peak_of_a_short_sequence():
+    """weights 4 + gradients 4 + exp_avg, exp_avg_sq 4 + 4 + foreach temporary 4 = 20 B per parameter; with 8 tokens
+    the activations and the loss stay far below the 8W the step adds over the start of backward."""
+    got = predict_memory(TINY, TrainingSpec(seq_len=8, **FP32_ADAMW), overhead=NO_OVERHEAD)
+    assert got.peak_phase == "optimizer-step"
+    assert (got.weights_bytes, got.gradients_bytes, got.optimizer_bytes, got.transient_bytes) == (
+        4 * W, 4 * W, 8 * W, 4 * W)
+    assert got.activations_bytes == got.logits_bytes == 0
+    assert got.total_bytes == 20 * W == 2_545_920
+
+
+def test_the_start_of_backward_is_the_hand_sum_of_its_terms_and_the_peak_not_the_sum_of_phases():
+    s = 256
+    activations = L * s * _tokens_layer_bytes() + _outside_layers(s)  # 1,912,832 + 152,576
+    loss = s * V * (FP32 + FP32 + FP32)  # fp32 log-softmax + nll_loss's gradient + the one it makes: 1,572,864
+    head_gradient = V * H * (2 + FP32) + s * FP32 * H  # bf16 weight grad + its fp32 cast, input grad: 262,144
+    backward_start = 4 * W + 8 * W + activations + max(loss, head_gradient)  # no gradient alive yet (one micro-batch)
+    got = predict_memory(TINY, TrainingSpec(seq_len=s, **FP32_ADAMW), overhead=NO_OVERHEAD)
+    assert got.peak_phase == "backward-start"
+    assert (got.gradients_bytes, got.activations_bytes, got.logits_bytes) == (0, activations, loss)
+    assert got.total_bytes == backward_start == 5_165_824
+    assert got.total_bytes < backward_start + 20 * W  # the larger phase, never the two added
+
+
+def test_recomputing_a_layer_is_the_peak_when_the_loss_is_chunked():
+    """Full recomputation: each layer keeps its fp32 input (256 B per token); recomputing one layer brings its full
+    set back beside the kept ones, with the head's input gradient (the loss' buffers are gone). Eight loss chunks
+    keep every chunk's log-softmax (4 B) but only one chunk's two gradients: 4 + 8 / 8 = 5 B per logit."""
+    s = 256
+    kept = L * s * FP32 * H
+    recomputed = s * _tokens_layer_bytes() - s * FP32 * H  # the full set, less the input it kept anyway
+    head_input_gradient = s * FP32 * H
+    loss = s * V * 5
+    states = 4 * W + 8 * W
+    backward_start = states + kept + _outside_layers(s) + loss  # 2,466,560
+    backward_recompute = states + kept + _outside_layers(s) + recomputed + head_input_gradient  # 2,767,616
+    assert backward_recompute > max(backward_start, 20 * W)
+    got = predict_memory(TINY, TrainingSpec(seq_len=s, recompute="full", loss_chunks=8, **FP32_ADAMW),
+                         overhead=NO_OVERHEAD)
+    assert got.peak_phase == "backward-recompute"
+    assert got.activations_bytes == kept + _outside_layers(s) + recomputed
+    assert got.logits_bytes == head_input_gradient
+    assert got.total_bytes == backward_recompute == 2_767_616
+
+
+def test_stage_terms_are_the_hand_counted_terms():
+    terms = stage_terms(TINY, TrainingSpec(seq_len=256, **FP32_ADAMW))
+    assert terms["weights"] == 4 * W
+    assert terms["optimizer_states"] == 8 * W  # AdamW's two fp32 moments, no master copy in fp32
+    assert terms["gradients_at_step"] == 4 * W
+    assert terms["optimizer_step_temporary"] == 4 * W  # foreach AdamW: one fp32 temporary per parameter
+    assert terms["gradients_in_backward"] == 0  # one micro-batch: none yet at the start of backward
+    assert terms["layer_activations"] == L * 256 * _tokens_layer_bytes()
+    assert terms["weight_copies_at_loss"] == 0  # fp32: autocast caches no copies
+
+
+def test_the_table_lists_every_term_and_names_only_terms_that_exist():
+    listed = {name for phase in PHASES for component in PHASE_COMPONENTS for name in getattr(phase, component)}
+    assert listed == set(stage_terms(TINY, TrainingSpec(seq_len=8, **FP32_ADAMW)))
+
+
+def test_every_phase_holds_the_weights_and_the_optimizer_states_and_the_step_holds_no_activations():
+    for phase in PHASES:
+        assert phase.weights == ("weights",) and phase.optimizer == ("optimizer_states",), phase.name
+    step = next(p for p in PHASES if p.name == "optimizer-step")
+    assert step.activations == step.logits == ()
+
+
+# distinct powers of two: every sum of them is exact, and each term is told apart in it
+HAND_TERMS = {name: float(2 ** i) for i, name in enumerate(sorted(
+    {n for phase in PHASES for component in PHASE_COMPONENTS for n in getattr(phase, component)}))}
+
+
+@pytest.mark.parametrize("phase", PHASES, ids=lambda p: p.name)
+def test_a_phase_is_the_sum_of_the_terms_it_lists(phase):
+    alive = {n for component in PHASE_COMPONENTS for n in getattr(phase, component)}
+    assert sum(phase_components(phase, HAND_TERMS, recomputing=True).values()) == sum(HAND_TERMS[n] for n in alive)
+
+
+@pytest.mark.parametrize("phase", PHASES, ids=lambda p: p.name)
+def test_removing_a_term_from_a_phase_lowers_its_total_by_exactly_that_term(phase):
+    total = sum(phase_components(phase, HAND_TERMS, recomputing=True).values())
+    for component in PHASE_COMPONENTS:
+        names = getattr(phase, component)
+        for name in names:
+            without = replace(phase, **{component: tuple(n for n in names if n != name)})
+            lowered = sum(phase_components(without, HAND_TERMS, recomputing=True).values())
+            assert total - lowered == HAND_TERMS[name], (phase.name, component, name)
+
+
+def test_a_step_without_recomputation_has_no_recompute_phase():
+    recompute = next(p for p in PHASES if p.only_when_recomputing)
+    assert set(phase_components(recompute, HAND_TERMS, recomputing=False).values()) == {0.0}
+    got = predict_memory(TINY, TrainingSpec(seq_len=8, **FP32_ADAMW), overhead=NO_OVERHEAD)
+    assert got.peak_phase != recompute.name
