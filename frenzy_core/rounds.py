@@ -245,19 +245,22 @@ def simulate_rounds(jobs: Sequence[AppJob], cluster: Cluster, policy_name: str,
                     policy_options: Mapping[str, object] | None = None) -> SimResult:
     """Run one policy over a Sia workload with Sia's applications; deterministic (no seed).
 
-    The policy (REGISTRY[policy_name].round_allocator) is built with the cluster's layouts (and `policy_options`
-    as keyword arguments, for policies that take options, e.g. {"efficiency_floor": 0.2}) and called every
-    round_s seconds; the run ends when every job has finished its epochs.
+    The policy (REGISTRY[policy_name].round_allocator; None for the policies that have no round version, whose
+    `no_round_engine` says why) is built with the cluster's layouts (and `policy_options` as keyword arguments, for
+    allocators that take options, e.g. {"efficiency_floor": 0.2} for frenzy-elastic's `FrenzyElasticOptions`) and
+    called every round_s seconds; the run ends when every job has finished its epochs.
     """
     from frenzy_core.policies import REGISTRY
 
     if policy_name not in REGISTRY:
         raise SpecError("policy", f"unknown policy {policy_name!r}; choose one of: {', '.join(REGISTRY)}")
-    maker = getattr(REGISTRY[policy_name], "round_allocator", None)
+    cls = REGISTRY[policy_name]
+    maker = getattr(cls, "round_allocator", None)
     if maker is None:
         have = [k for k, v in REGISTRY.items() if getattr(v, "round_allocator", None)]
-        raise SpecError("policy", f"{policy_name!r} has no sia-apps version; with --job-model sia-apps choose one of: "
-                                  f"{', '.join(have)}")
+        why = getattr(cls, "no_round_engine", "")
+        raise SpecError("policy", f"{policy_name!r} has no sia-apps version{f' ({why})' if why else ''}; with "
+                                  f"--job-model sia-apps choose one of: {', '.join(have)}")
     if not jobs:
         raise SpecError("trace", "no jobs to simulate")
     t_wall = time.perf_counter()

@@ -19,18 +19,19 @@ resubmitted with twice the GPUs, at most `max_oom_retries` times.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import operator
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from frenzy_core import metrics
+from frenzy_core import metrics, policies
 from frenzy_core.cluster import Cluster
 from frenzy_core.errors import SpecError
 from frenzy_core.limits import DEFAULT_SAFETY_MARGIN
@@ -122,38 +123,138 @@ class OomTruth:
     noise: float = 0.0  # half-width of the relative noise band (0.2 = +-20%)
 
 
-@dataclass(frozen=True)
+# Old names of SimOptions' own knobs (still accepted, and read, under them)
+RENAMED_KNOBS = {"sia_every_round": "every_round"}
+
+
+@dataclass(frozen=True, init=False)
 class SimOptions:
-    """Knobs of one run; every default is stated here (sample files and pages only override them)."""
+    """The simulator's knobs for one run, and the run's overrides of the policies' own knobs; every default is
+    stated here or in the policy's module (`policies/<name>.py` `Options`); sample files and pages only override them.
+
+    Keyword arguments only. `policy_options` maps a registered policy's name to a dict of the fields of its `Options`
+    to change (``{"sia": {"round_s": 120.0}}``) or to an `Options` (``{"sia": sia.Options(round_s=120.0)}``, which
+    stands for the fields it sets away from `Options()`' defaults); it is kept as a tuple of (name, ((field, value),
+    ...)) so the options stay hashable, and read with `options_for` (the policy's defaults with those fields changed).
+
+    The knobs that used to be flat here still work as keywords (`SimOptions(sia_round_s=120.0)`, also through
+    `dataclasses.replace`): each sets that field on every registered policy whose `Options.legacy_keys` names it
+    (`legacy_key_owners()`: sia_round_s -> sia, sia-real, frenzy-elastic, frenzy-elastic-srpt), over what
+    `policy_options` says; sia_every_round is `every_round`. Any other keyword is a SpecError naming it.
+
+    The safety margin stays here, not in the policies' options: like the estimator and the restart model it is part
+    of the planner every memory-aware policy plans with (frenzy*, sia*, gavel), so policies compared in one run plan
+    against the same usable memory.
+    """
 
     backfill_window: int = 64  # event-driven policies look at the first N queued jobs (bounded backfill)
-    frenzy_objective: str = "gpu-hours"  # how MARP ranks a job's plans (plans.rank_plans objective; see docs)
-    safety_margin: float = DEFAULT_SAFETY_MARGIN  # share of GPU memory kept free by the planner (frenzy, sia)
+    safety_margin: float = DEFAULT_SAFETY_MARGIN  # share of GPU memory kept free by the planner (frenzy, sia, gavel)
     oom_startup_s: float = 120.0  # a job that does not fit crashes this long after it starts (load, first step)
     max_oom_retries: int = 4  # resubmissions after OOM before the job is given up (guarantees termination)
     # What a preemption costs (save a checkpoint, start up, load it), the same model for every policy.
     restart: RestartModel = RestartModel()
-    sia_round_s: float = 60.0  # Sia's scheduling round
-    sia_restart_penalty: float = 0.1  # utility factor lost by an option that moves a running job
-    sia_max_jobs: int = 256  # queued jobs the ILP considers per round (queue order), besides the running ones
-    sia_max_gpus: int = 64  # largest allocation the ILP offers a job
-    # HiGHS limits per solve: a branch-and-bound node limit and a relative gap, never a wall-clock limit, so that
-    # the same inputs give the same allocation whatever the machine's load (HiGHS is deterministic otherwise).
-    sia_node_limit: int = 1000
-    sia_mip_gap: float = 1e-4  # HiGHS's own default relative gap
-    # False (default): solve only when the job set or the free GPUs changed since the last round (at most once per
-    # round); True: solve every round while jobs wait or run (the historical loop, for the equality check).
-    sia_every_round: bool = False
-    # Preemptive Frenzy policies (frenzy-srpt, frenzy-las): a running job is preempted or re-planned only after it
-    # has run this long since its last start (the thrash guard, on top of the restart it must pay) ...
-    preempt_min_run_s: float = 600.0
-    # ... and a running job is re-planned to a larger plan only if its predicted remaining time, restart included,
-    # drops by at least this share.
-    replan_min_gain: float = 0.25
+    # How the engine runs a round-based policy (`round_s`: sia, sia-real, gavel). False (default): a round only when
+    # the job set or the free GPUs changed since the last one (at most once per round); True: every round while jobs
+    # wait or run (the historical loop, for the equality check). Was `sia_every_round`.
+    every_round: bool = False
     # Out-of-memory truth: None = the planner's prediction is the truth (a plan fits iff predicted to fit);
     # an OomTruth makes the true per-GPU memory differ from the prediction, so the cost of prediction error shows.
     oom_truth: OomTruth | None = None
     estimator: Any = None  # memory/speed/ranking model; None = DefaultEstimator (memory, perf, plans modules)
+    # per-policy overrides of their own knobs: ((policy name, ((field, value), ...)), ...), see the docstring
+    policy_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def __init__(self, **knobs: Any) -> None:
+        own = {f.name for f in dataclasses.fields(SimOptions)}
+        for old, new in RENAMED_KNOBS.items():
+            if old in knobs:
+                knobs[new] = knobs.pop(old)
+        legacy = {k: knobs.pop(k) for k in [k for k in knobs if k not in own]}
+        overrides = _policy_overrides(knobs.pop("policy_options", ()))
+        owners = legacy_key_owners() if legacy else {}
+        for key, value in legacy.items():
+            if key not in owners:
+                flat = ", ".join(sorted([*owners, *RENAMED_KNOBS]))
+                raise SpecError(key, f"not a SimOptions knob; the simulator's: {', '.join(sorted(own))}; the old "
+                                f"flat policy knobs: {flat}; a policy's own knobs go in policy_options, e.g. "
+                                f"policy_options={{'sia': {{'round_s': 120.0}}}}")
+            for name, fld in owners[key]:
+                overrides.setdefault(name, {})[fld] = value
+        for name, fields in overrides.items():  # validated once here (each Options' __post_init__)
+            try:
+                dataclasses.replace(policies.policy_class(name).default_options(), **fields)
+            except SpecError as err:
+                key = next((k for k in legacy if dict(owners[k]).get(name) == err.field), None)  # named as given
+                raise SpecError(key or f"policy_options.{name}.{err.field}", err.reason) from None
+        for f in dataclasses.fields(SimOptions):
+            if f.name in knobs:
+                value = knobs[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            else:
+                value = f.default_factory()
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "policy_options",
+                           tuple((n, tuple(overrides[n].items())) for n in sorted(overrides) if overrides[n]))
+
+    def __getattr__(self, name: str) -> Any:
+        """The old names: `sia_every_round` reads `every_round`; a policy knob that moved says where it went."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in RENAMED_KNOBS:
+            return getattr(self, RENAMED_KNOBS[name])
+        owners = legacy_key_owners().get(name)
+        if owners:
+            where = ", ".join(f"{p} (Options.{f})" for p, f in owners)
+            raise AttributeError(f"SimOptions.{name} is a policy knob now: {where}; read it with "
+                                 f"options.options_for({owners[0][0]!r}).{owners[0][1]}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def options_for(self, policy) -> Any:
+        """The `Options` a policy runs with in this run: its defaults (`default_options()`) with this run's overrides
+        for its name. `policy`: a registered name, or a policy class (its `name` is the key), e.g.
+        ``SimOptions(sia_round_s=120.0).options_for("sia").round_s == 120.0``."""
+        cls = policies.policy_class(policy) if isinstance(policy, str) else policy
+        fields = dict(self.policy_options).get(cls.name)
+        base = cls.default_options()
+        return dataclasses.replace(base, **dict(fields)) if fields else base
+
+
+def legacy_key_owners() -> dict[str, list[tuple[str, str]]]:
+    """Old flat SimOptions name -> [(policy, its Options field)] over the registry (each `Options.legacy_keys`), e.g.
+    {"frenzy_objective": [("frenzy", "objective")], "sia_round_s": [("sia", "round_s"), ...], ...}."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, cls in REGISTRY.items():
+        for old, fld in getattr(getattr(cls, "Options", None), "legacy_keys", {}).items():
+            out.setdefault(old, []).append((name, fld))
+    return out
+
+
+def _policy_overrides(given) -> dict[str, dict[str, Any]]:
+    """policy name -> {field: value} from a mapping of name -> Options or dict, or the stored tuple form."""
+    items = given.items() if isinstance(given, Mapping) else given
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in items:
+        cls = REGISTRY.get(name)
+        if cls is None:
+            raise SpecError("policy_options", f"unknown policy {name!r}; choose one of: {', '.join(REGISTRY)}")
+        known = [f.name for f in dataclasses.fields(cls.Options)]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if not isinstance(value, cls.Options):
+                raise SpecError(f"policy_options.{name}", f"give {name}'s own Options "
+                                f"({cls.Options.__module__}.Options), not {type(value).__name__}")
+            # the fields it sets away from Options()' defaults: what a dict of fields would say (a variant's own
+            # defaults, e.g. frenzy-elastic-srpt's srpt=True, are not undone by an instance that leaves them)
+            plain = cls.Options()
+            fields = {k: getattr(value, k) for k in known if getattr(value, k) != getattr(plain, k)}
+        else:
+            fields = dict(value.items() if isinstance(value, Mapping) else value)
+        unknown = [k for k in fields if k not in known]
+        if unknown:
+            raise SpecError(f"policy_options.{name}.{unknown[0]}", f"not a knob of {name}; its knobs: "
+                            f"{', '.join(known) or '(none)'}")
+        out.setdefault(name, {}).update(fields)
+    return out
 
 
 JOB_COLUMNS = ("job_id", "model", "tokens", "trace_gpus", "trace_duration_s", "arrival_s", "start_s", "finish_s",
@@ -313,8 +414,6 @@ class MultiSeedResult:
 
 def _check_options(opts: SimOptions) -> None:
     opts.restart.check()
-    if opts.sia_node_limit < 1:
-        raise SpecError("sia_node_limit", f"must be >= 1 branch-and-bound node, got {opts.sia_node_limit}")
     if opts.oom_truth is not None:
         from frenzy_core.memory import METHODS
 
@@ -609,7 +708,7 @@ class _Run:
         for i, j in enumerate(self.ctx.workload.jobs):
             self.push(j.arrival_s, ARRIVE, i)
         round_based = self.policy.round_s is not None
-        every_round = self.opts.sia_every_round
+        every_round = self.opts.every_round
         preemptive = getattr(self.policy, "preemptive", False)
         heap = self.heap
         last_busy = None

@@ -7,9 +7,9 @@ returns None when it has nothing to draw; the page then shows a caption instead 
 built from plain arrays with go.Bar / go.Heatmap / go.Scatter (plotly.express over DataFrames is slower) and the
 pages cache them with st.cache_data, so an unchanged chart costs nothing on a rerun (bench/app_latency.py).
 
-Fixed colours: one per memory component (COMPONENT_COLOURS) and one per policy (POLICY_COLOURS), the same on every
-page whatever the model or the order the policies ran in. Numbers: thousands separators, units in every axis title
-and hover label, never scientific notation (exponentformat "none")."""
+Fixed colours: one per memory component (COMPONENT_COLOURS) and one per policy (its module's, from the registry),
+the same on every page whatever the model or the order the policies ran in. Numbers: thousands separators, units in
+every axis title and hover label, never scientific notation (exponentformat "none")."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import zlib
 import numpy as np
 import plotly.graph_objects as go
 
-from frenzy_core import metrics
+from frenzy_core import metrics, policies
 from frenzy_core.plans import Plan
 from frenzy_core.timeline import queue_length
 from frenzy_core.whatif import TODAY
@@ -38,11 +38,9 @@ MIN_CI_SEEDS = metrics.MIN_CI_SEEDS
 # stacking order (bottom first) and the legend's, also the same whatever the model
 COMPONENT_COLOURS = {"weights": "#1565c0", "gradients": "#ef6c00", "optimizer": "#2e7d32", "activations": "#c62828",
                      "logits": "#6a1b9a", "transient": "#8d6e63", "overhead": "#90a4ae"}
-# one colour per registered policy (frenzy_core.policies.REGISTRY), the same on every page; a policy class with a
-# `color` attribute brings its own
-POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-share": "#00838f", "frenzy-eft": "#6a1b9a", "frenzy-srpt": "#ad1457",
-                  "frenzy-las": "#283593", "fcfs": "#ef6c00", "sia": "#2e7d32", "sia-real": "#9e9d24",
-                  "gavel": "#5d4037", "frenzy-elastic": "#00695c", "frenzy-elastic-srpt": "#7b1fa2"}
+# one colour per registered policy, each policy's own (`policies/<name>.py` COLOUR, read through
+# frenzy_core.policies.colour), the same on every page; this view is read from the registry, never kept here
+POLICY_COLOURS = {name: policies.colour(name) for name in policies.REGISTRY}
 # a name outside the dicts still gets one colour, always the same (by a checksum of the name, not by position)
 SPARE_COLOURS = ["#00695c", "#f9a825", "#4e342e", "#37474f", "#d84315", "#0277bd", "#558b2f", "#7b1fa2"]
 # st.plotly_chart(fig, config=charts.config(name)): the default modebar (zoom, pan, reset) without Plotly's logo,
@@ -65,10 +63,8 @@ def component_colour(component: str) -> str:
 
 
 def colour(policy: str) -> str:
-    """The policy's fixed colour: its registry class's `color` if it has one, else POLICY_COLOURS, else a spare."""
-    from frenzy_core.policies import REGISTRY
-
-    return getattr(REGISTRY.get(policy), "color", None) or POLICY_COLOURS.get(policy) or _spare(policy)
+    """The policy's fixed colour: the registry's (`frenzy_core.policies.colour`), else a spare (same per name)."""
+    return policies.colour(policy) or _spare(policy)
 
 
 def component_order(names) -> list[str]:

@@ -16,6 +16,7 @@ from frenzy_core.errors import SpecError
 from frenzy_core.limits import MAX_SCENARIO_SEEDS
 from frenzy_core.models import ZOO
 from frenzy_core.policies import EVENT_POLICIES
+from frenzy_core.policies import note as policy_note
 from frenzy_core.sweep import default_workers
 from frenzy_core.tco import (
     DEFAULT_LIFE_YEARS,
@@ -170,6 +171,7 @@ with right:
             workload = None
         workload_label = "my jobs"
     policy = st.selectbox("Policy", list(EVENT_POLICIES), key="wi_policy")  # own row: a third of it clips the names
+    st.caption(policy_note(policy))  # the policy's own note (its module's NOTE, through the registry)
     c2, c3 = st.columns(2)
     seeds = c2.number_input("seeds", min_value=1, max_value=MAX_SCENARIO_SEEDS, step=1, key="wi_seeds",
                             help="5 by default: with 2 seeds a 95% interval is mean ± 12.7 standard errors")

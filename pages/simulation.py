@@ -15,6 +15,7 @@ import streamlit as st
 from frenzy_core.errors import SpecError
 from frenzy_core.limits import MAX_SCENARIO_SEEDS
 from frenzy_core.policies import EVENT_POLICIES
+from frenzy_core.policies import note as policy_note
 from frenzy_core.simulate import SimOptions, simulate_seeds
 from pages import charts, common
 from pages.charts import HOUR
@@ -125,6 +126,10 @@ with st.container(border=True):
     for p in policies:
         if p in SLOW_POLICIES:
             st.caption(f"Note: {SLOW_POLICIES[p]}.")
+    if policies:
+        with st.expander("What these policies do"):
+            for p in policies:  # each policy's own note (its module's NOTE, through the registry)
+                st.markdown(f"**{p}**: {policy_note(p)}")
 
 if ss.get("sim_cancel"):
     st.warning("Simulation cancelled. The previous results, if any, are still shown; a rerun of a setup that "

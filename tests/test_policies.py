@@ -26,7 +26,7 @@ JOBS = [TraceJob(f"j{i}", 0.0, n, 900.0 + 100 * i) for i, n in enumerate([1, 2, 
 # the engines each registered policy runs on: the event engine (`decide`, the LLM job model) and the round engine
 # (`round_allocator`, --job-model sia-apps); the contract tests below run every policy in every engine it has
 EVENT_POLICIES = sorted(k for k, v in REGISTRY.items() if v.event_engine)
-ROUND_POLICIES = sorted(k for k, v in REGISTRY.items() if getattr(v, "round_allocator", None) is not None)
+ROUND_POLICIES = sorted(k for k, v in REGISTRY.items() if v.round_allocator is not None)
 
 
 def _view(policy_name: str, free=None):
@@ -241,12 +241,15 @@ def test_frenzy_eft_starts_now_on_slow_gpus_when_waiting_would_finish_later():
 
 
 def test_frenzy_eft_reservation_keeps_later_jobs_off_the_gpus_a_waiting_job_needs():
-    """With reserve=True, a later job may not take the T4s an earlier one waits for unless it finishes before."""
+    """With Options(reserve=True), a later job may not take the T4s an earlier one waits for unless it finishes
+    before."""
     # the A100s are held for good (a 1e12 s hog), 4 T4s are free and job 5 frees the other 4 at 3600 s; no share
     # cap. Job 1 (8 x T4: 5701 s, 4 x T4: 10907 s) waits for all 8 T4s; job 0 (4 x T4: 5153 s, 8 x T4: 2694 s)
     # would start now (5153 < 3600 + 2694).
+    from frenzy_core.policies.frenzy_eft import Options
+
     policy, view = _view_with_fast_gpus_busy(end_s=1e12)
-    policy = type("NoCap", (type(policy),), {"share_cap": False})(policy.ctx)
+    policy = type(policy)(policy.ctx, Options(share_cap=False))
     jobs = list(view.jobs)
     t4_hog = jobs[5]
     t4_hog.state, t4_hog.run_end_s = "running", 3600.0
@@ -261,7 +264,7 @@ def test_frenzy_eft_reservation_keeps_later_jobs_off_the_gpus_a_waiting_job_need
                          queue=ReadOnlyList([1, 0]), running=ReadOnlyList([4, 5]), jobs=ReadOnlyList(jobs),
                          release_epoch=0)
     plain = {d.job: d for d in policy.decide(view)}
-    reserving = type("R", (type(policy),), {"reserve": True})(policy.ctx)
+    reserving = type(policy)(policy.ctx, Options(share_cap=False, reserve=True))
     held = {d.job: d for d in reserving.decide(view)}
     assert 1 not in plain and 1 not in held  # job 1 waits for all 8 T4s (3600 + 5701 < 10907 s) in both modes
     assert plain[0].placement.gpu_type == "T4"  # without a reservation job 0 takes the free T4s now ...
@@ -323,7 +326,7 @@ def test_sia_solver_has_a_node_and_gap_limit_and_no_time_limit(monkeypatch):
 
     monkeypatch.setattr(sia, "milp", spy)
     simulate(JOBS, CLUSTER, "sia", options=SimOptions(estimator=AnalyticEstimator(), sia_node_limit=77))
-    assert "time_limit" not in got and got["node_limit"] == 77 and got["mip_rel_gap"] == SimOptions().sia_mip_gap
+    assert "time_limit" not in got and got["node_limit"] == 77 and got["mip_rel_gap"] == SimOptions().options_for("sia").mip_gap
 
 
 @pytest.mark.parametrize("name", EVENT_POLICIES)

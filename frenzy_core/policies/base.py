@@ -1,9 +1,10 @@
 """What every policy shares: the read-only view it gets, the decisions it returns, and the jobs x GPU-types matrix.
 
 A policy is a class with one method, `decide(view) -> list[Decision]`, built once per run from a `PolicyContext`
-(the cluster, the mapped workload, the plan table, the options). It reads the view and returns decisions; only the
-simulator changes state (blox's accept -> schedule -> place round). `round_s` is None for event-driven policies
-(called after every batch of arrivals/completions) or the period of its rounds (Sia: 60 s).
+(the cluster, the mapped workload, the plan table, the simulator's options) and its own `Options`. It reads the
+view and returns decisions; only the simulator changes state (blox's accept -> schedule -> place round). `round_s`
+is None for event-driven policies (called after every batch of arrivals/completions) or the period of its rounds
+(Sia: 60 s).
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ class Reject:
 
 
 Decision = Start | Preempt | Reject
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The knobs of a policy that has none of its own (it reads only the simulator's, `SimOptions`)."""
+
+    # old flat `SimOptions` names this policy's knobs answer to (old name -> field); see simulate.SimOptions
+    legacy_keys: ClassVar[dict[str, str]] = {}
 
 
 class JobStatus:
@@ -137,7 +146,7 @@ class PolicyContext:
     workload: Workload
     table: PlanTable  # the jobs x GPU-types matrix (best split per (class, type, count))
     estimator: Any
-    options: Any  # simulate.SimOptions
+    options: Any  # simulate.SimOptions: the simulator's knobs (each policy's own: SimOptions.options_for)
 
     @property
     def classes(self) -> dict:
@@ -145,14 +154,33 @@ class PolicyContext:
 
 
 class Policy(ABC):
-    """Base class: subclasses set `name`, maybe `round_s`, and implement `decide`."""
+    """Base class. A policy is one module (`policies/<name>.py`): the class sets `name`, its `Options` (a frozen
+    dataclass of its own knobs, defaults documented there), `colour` and `note` (what the pages show), its round
+    engine version `round_allocator` (or None and `no_round_engine`, saying why), maybe `round_s`, and implements
+    `decide`. The simulator's own knobs (`simulate.SimOptions`: backfill window, restart and OOM models, safety
+    margin, estimator) are read from `ctx.options`; the policy's own from `self.options`."""
 
     name: ClassVar[str] = "base"
+    Options: ClassVar[type] = NoOptions  # the policy's knobs: a frozen dataclass, every field with its default
+    colour: ClassVar[str | None] = None  # its fixed colour on every chart (`policies.colour`)
+    note: ClassVar[str] = ""  # one plain-language paragraph: what it does, what it knows (`policies.note`)
+    # the sia-apps job model's version (`rounds.simulate_rounds`): a callable (layouts, **options) -> allocator;
+    # None: there is none, and `no_round_engine` says why
+    round_allocator: ClassVar[Any] = None
+    no_round_engine: ClassVar[str] = ""
     round_s: float | None = None
     event_engine: ClassVar[bool] = True  # False: the policy runs on the round engine only (its round_allocator)
 
-    def __init__(self, ctx: PolicyContext):
+    def __init__(self, ctx: PolicyContext, options: Any = None):
+        """`options`: this policy's `Options`; None = `ctx.options.options_for(...)` (its defaults, with the
+        overrides `SimOptions.policy_options` gives for its name)."""
         self.ctx = ctx
+        self.options = options if options is not None else ctx.options.options_for(type(self))
+
+    @classmethod
+    def default_options(cls) -> Any:
+        """The policy's knobs when nothing overrides them: `cls.Options()` (a policy may derive them otherwise)."""
+        return cls.Options()
 
     @abstractmethod
     def decide(self, view: SchedulerView) -> list[Decision]:

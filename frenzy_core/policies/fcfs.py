@@ -10,13 +10,28 @@ Queue order with a bounded backfill: only the first `backfill_window` queued job
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import islice
+from typing import ClassVar
 
 import numpy as np
 
 from frenzy_core.packing import ClusterIndex, Placement
 from frenzy_core.policies.base import Decision, Policy, Reject, SchedulerView, Start
 from frenzy_core.workload import scale_plan
+
+COLOUR = "#ef6c00"
+NOTE = ("First come, first served, the way users run jobs by hand: each job gets the GPU count its user asked for, on "
+        "the first GPU type with that many free, in arrival order (a later job may start first when an earlier one "
+        "does not fit yet). The model is split over those GPUs so that it fits in memory if any split does; when "
+        "none does, the job crashes out of memory after start-up and is resubmitted with twice the GPUs.")
+
+
+@dataclass(frozen=True)
+class Options:
+    """fcfs has no knobs of its own: it reads the simulator's backfill window (`SimOptions.backfill_window`)."""
+
+    legacy_keys: ClassVar[dict[str, str]] = {}
 
 
 def first_fit(index: ClusterIndex, free: np.ndarray, t: int, num_gpus: int, tp: int) -> Placement | None:
@@ -41,9 +56,14 @@ def first_fit(index: ClusterIndex, free: np.ndarray, t: int, num_gpus: int, tp: 
 
 class FcfsPolicy(Policy):
     name = "fcfs"
+    Options = Options
+    colour = COLOUR
+    note = NOTE
+    no_round_engine = ("not written: on the sia-apps job model the user-count baseline is gavel (the Sia artifact's "
+                       "baseline, which also runs each job on the GPUs it asked for)")
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
         self._cap = [int(c) for c in ctx.index.capacity_by_type()]
         self._max_cap = max(self._cap)
         self._plan_cache: dict = {}

@@ -9,7 +9,7 @@ knows: the profiles and the application's epoch curve at the user's batch (an or
 throughputs); it never changes a job's batch or allocation once started (the paper's Frenzy is not elastic).
 
 Every 60 s round (Sia's cadence, for a like-for-like comparison) the queued jobs are walked in arrival order, as
-the LLM versions do: `frenzy` ranks plans by GPU-hours (`SimOptions.frenzy_objective`'s default) and starts the
+the LLM versions do: `frenzy` ranks plans by GPU-hours (`frenzy.Options.objective`'s default) and starts the
 first one HAS can place now; `frenzy-share` ranks by time and skips plans above the job's fair share (capacity of
 the types it fits on / (running + waiting jobs), never below its smallest plan); `frenzy-eft` takes frenzy-share's
 candidates and the earliest predicted finish, waiting for a type's predicted releases when that finishes earlier.

@@ -20,9 +20,9 @@ decision and kept with cumulative counts, so a plan's earliest start is one bise
 added to it. GPU counts only: a plan that needs whole tensor-parallel groups per node may find the freed GPUs
 fragmented, in which case it is estimated again at the next release.
 
-Waiting jobs do not reserve GPUs (`reserve = False`): a later job may take the GPUs an earlier one waits for, and the
-earlier one then re-plans at the next release (it never waits on a job that is not running, so it cannot wait
-forever while GPUs are idle: with nothing running, only plans that fit now have a finite start). `reserve = True`
+Waiting jobs do not reserve GPUs (`Options.reserve` False): a later job may take the GPUs an earlier one waits for,
+and the earlier one then re-plans at the next release (it never waits on a job that is not running, so it cannot
+wait forever while GPUs are idle: with nothing running, only plans that fit now have a finite start). `reserve=True`
 gives the first job that waits for a GPU type an EASY-backfilling reservation on it: later jobs of the same decision
 may start on that type now only if they finish before the reserved start or leave enough GPUs for it, and plan
 their own waits around the reserved GPUs. Measured on the main settings, see docs/results.md for which is the
@@ -32,14 +32,32 @@ default and why.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from dataclasses import dataclass
 from itertools import islice
 from math import inf
+from typing import ClassVar
 
 from frenzy_core.packing import FreeGPUs
 from frenzy_core.policies.base import Decision, Reject, SchedulerView, Start
+from frenzy_core.policies.frenzy import Chooser, FrenzyPolicy, all_plans, fair_share
 from frenzy_core.policies.frenzy_apps import FrenzyEftAppsRounds
-from frenzy_core.policies.frenzy_share import FrenzySharePolicy
 from frenzy_core.workload import scale_plan
+
+COLOUR = "#6a1b9a"
+NOTE = ("Frenzy that looks ahead. Like frenzy-share it ranks plans by training time within each job's fair share, "
+        "but it picks the plan with the earliest predicted finish: when the fast GPUs are busy and will be free "
+        "soon (it knows when the running jobs should end), a job waits for them instead of starting now on slow "
+        "ones it would keep for hours. A job keeps its first allocation to the end.")
+
+
+@dataclass(frozen=True)
+class Options:
+    """frenzy-eft's knobs (docs/results.md has the measurements behind the defaults)."""
+
+    share_cap: bool = True  # candidates capped at the fair share (frenzy-share's); False: every plan ranked by time
+    reserve: bool = False  # EASY-style reservation of the GPUs the first waiting job per type waits for
+
+    legacy_keys: ClassVar[dict[str, str]] = {}
 
 
 class _Releases:
@@ -93,30 +111,25 @@ class _Releases:
         return times[k] if k < len(times) else inf
 
 
-class FrenzyEftPolicy(FrenzySharePolicy):
-    """frenzy-share's candidates, chosen by earliest predicted finish (see the module docstring)."""
+class EarliestFinish(Chooser):
+    """The chooser: each job's candidate with the earliest predicted finish, waiting when that pays (module
+    docstring)."""
 
-    name = "frenzy-eft"
-    round_allocator = FrenzyEftAppsRounds  # the same policy on the sia-apps job model
-    share_cap = True  # candidates capped at the fair share (frenzy-share); False = every plan ranked by time
-    reserve = False  # EASY-style reservation of the GPUs the first waiting job per type waits for
-
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self._type_pos = {t: i for i, t in enumerate(ctx.index.type_names)}
+    def __init__(self, policy: FrenzyPolicy):
+        super().__init__(policy)
+        self.reserve = policy.options.reserve
+        self._type_pos = {t: i for i, t in enumerate(policy.ctx.index.type_names)}
         # job -> (release epoch, type position, GPUs, predicted start) of the plan it last decided to wait for
         self._waiting: dict[int, tuple[int, int, int, float]] = {}
-
-    def candidates(self, view: SchedulerView, st, plans):
-        return super().candidates(view, st, plans) if self.share_cap else plans
 
     def _run_s(self, st, plan) -> float:
         """Predicted run time of this plan for what is left of the job (what the simulator will charge)."""
         left = st.believed_left_share(st.done_fraction)
-        extra = self.ctx.options.restart.cost_s(st.job) if st.done_fraction > 0 else 0.0
+        extra = self.policy.ctx.options.restart.cost_s(st.job) if st.done_fraction > 0 else 0.0
         return st.job.tokens / plan.tokens_per_s * left + extra
 
     def decide(self, view: SchedulerView) -> list[Decision]:
+        policy = self.policy
         now, jobs, epoch = view.now_s, view.jobs, view.release_epoch
         free: FreeGPUs | None = None
         rel: _Releases | None = None
@@ -124,7 +137,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
         waiting = self._waiting
         # reservations of this decision, per type position: (reserved start, GPUs held, spare GPUs at that start)
         res: dict[int, list] = {}
-        for j in islice(view.queue, self.ctx.options.backfill_window):
+        for j in islice(view.queue, policy.ctx.options.backfill_window):
             st = jobs[j]
             w = waiting.get(j)
             if w is not None and w[0] == epoch:
@@ -136,7 +149,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
                         rel = _Releases(view, self._type_pos)
                     self._reserve(res, free, rel, w[1], w[2], w[3])
                 continue
-            plans, _mins = self.ranked(st)
+            plans, _mins = policy.ranked(st)
             if not plans:
                 out.append(Reject(j, "no plan fits this cluster's GPUs"))
                 continue
@@ -144,7 +157,7 @@ class FrenzyEftPolicy(FrenzySharePolicy):
                 free = FreeGPUs(view.index, view.free, view.free_by_type)
             if rel is None:
                 rel = _Releases(view, self._type_pos)
-            cands = self.learned(st, self.candidates(view, st, plans))
+            cands = policy.learned(st, policy.candidates(view, st, plans))
             if not cands:
                 out.append(Reject(j, "every plan predicted to fit ran out of memory"))
                 continue
@@ -203,3 +216,21 @@ class FrenzyEftPolicy(FrenzySharePolicy):
             return
         spare = max(free.by_type[t] + rel.freed_by(t, start) - n, 0)
         res[t] = [start, n, spare]
+
+
+class FrenzyEftPolicy(FrenzyPolicy):
+    """frenzy-share's candidates, chosen by earliest predicted finish (see the module docstring)."""
+
+    name = "frenzy-eft"
+    Options = Options
+    colour = COLOUR
+    note = NOTE
+    round_allocator = FrenzyEftAppsRounds  # the same policy on the sia-apps job model
+    ranking = "time"
+    candidate_rule = staticmethod(fair_share)
+    chooser = EarliestFinish
+
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        if not self.options.share_cap:
+            self.candidate_rule = all_plans  # every plan ranked by time (an instance attribute: not bound)

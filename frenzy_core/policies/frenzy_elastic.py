@@ -43,8 +43,8 @@ job keeping its type and shape never restarts.
 
 The event engine (the LLM job model: pages, what-ifs, scenarios, bench/jct.py). The same value over `sia`'s
 machinery (`SiaPolicy`, subclassed), solved at every arrival and release and, while jobs wait, on the
-`SimOptions.sia_round_s` grid (60 s; `next_wake_s`, from the first time a running job is past its guard) for the
-running jobs and the first `sia_max_jobs` queued ones, over the options o = (GPU type, power-of-two size) of the
+`Options.round_s` grid (60 s; `next_wake_s`, from the first time a running job is past its guard) for the
+running jobs and the first `Options.max_jobs` queued ones, over the options o = (GPU type, power-of-two size) of the
 shared ThroughputMatrix (tokens/s x[j, o] of MARP's best memory-feasible split with the safety margin; nothing that
 does not fit is offered, and after an out-of-memory crash only plans predicted to need less):
 
@@ -63,7 +63,7 @@ with R = `SimOptions.restart.cost_s(job)` (the restart every policy pays) and T 
 + 1)), age = now - first start (under SRPT the age term is at most the predicted remaining time on o0, as above).
 Sia's grouped ILP (`sia.solve_counts`: shared capacity rows, node and gap limits) picks at most one option per job
 maximising sum V. Adapted to this engine: a running job still paying its restart, or while jobs wait started less
-than `SimOptions.preempt_min_run_s` ago (600 s, frenzy-srpt's and frenzy-las's thrash guard), keeps its allocation
+than `Options.preempt_min_run_s` ago (600 s, frenzy-srpt's and frenzy-las's thrash guard), keeps its allocation
 (out of the ILP, its GPUs out of the capacity); `move_margin` (0.3), model noise in the round version, is here the
 hysteresis that keeps the continuously changing LAS priorities from re-ranking jobs across types every round, and
 applies to every move (there is no fitted model to explore); a job the ILP gives nothing is preempted only if a new
@@ -97,16 +97,31 @@ import numpy as np
 
 from frenzy_core.errors import SpecError
 from frenzy_core.policies.base import Decision, Preempt, Reject, SchedulerView, Start, class_key
-from frenzy_core.policies.sia import SiaPolicy
+from frenzy_core.policies.sia import SiaPolicy, SolverOptions
 from frenzy_core.policies.sia_real import CONFIGS, LAMBDA_N, MAX_REPLICAS, ROUND_S, SCALE_UP, solve_sia, solve_stats
 from frenzy_core.sia_apps import EPS, GoodputModel, PerfParams, fit_perf_params
 
-COLOR = "#0b7a75"
+COLOUR = "#0b7a75"
+NOTE = ("Frenzy made elastic. Every job may grow, shrink, change GPU type or be paused at any arrival or completion "
+        "(and every minute while jobs wait), but only onto plans that fit in memory. Without knowing job sizes, it "
+        "favours the jobs that have had the least GPU-time so far, weighs each extra GPU against the speed it adds "
+        "(a GPU-hours knob), and charges every move its restart, so running jobs move only for a clear gain.")
+# f of the event version, chosen on bench/jct.py's tuning settings only (see the module docstring)
+EVENT_EFFICIENCY_FLOOR = 0.1
+
+
+def _check_value_knobs(o) -> None:
+    """SpecError naming the field when a knob of the value (both engines') is out of range."""
+    if not 0.0 <= o.efficiency_floor < 1.0:
+        raise SpecError("efficiency_floor", f"must be in [0, 1), got {o.efficiency_floor}")
+    if not o.las_quantum_gpu_h > 0:
+        raise SpecError("las_quantum_gpu_h", f"must be positive, got {o.las_quantum_gpu_h}")
 
 
 @dataclass(frozen=True)
 class FrenzyElasticOptions:
-    """The knobs of frenzy-elastic (defaults chosen on saturn-1 only, see bench/elastic.py)."""
+    """The knobs of frenzy-elastic's round version, `FrenzyElasticRounds` (defaults chosen on saturn-1 only, see
+    bench/elastic.py); the event version's are `Options`."""
 
     efficiency_floor: float = 0.05  # f: value speedup / (1 + f GPUs), a job's JCT + f GPU-hours (GPU-hours knob)
     srpt: bool = False  # order by the remaining-work estimate instead of attained service
@@ -118,10 +133,7 @@ class FrenzyElasticOptions:
     move_margin: float = 0.3  # a running job moves only for this much more speedup (model noise), except to explore
 
     def __post_init__(self):
-        if not 0.0 <= self.efficiency_floor < 1.0:
-            raise SpecError("efficiency_floor", f"must be in [0, 1), got {self.efficiency_floor}")
-        if not self.las_quantum_gpu_h > 0:
-            raise SpecError("las_quantum_gpu_h", f"must be positive, got {self.las_quantum_gpu_h}")
+        _check_value_knobs(self)
         if self.scale_up < 1:
             raise SpecError("scale_up", f"must be at least 1, got {self.scale_up}")
 
@@ -366,8 +378,25 @@ class FrenzyElasticRounds:
 
 
 # --- the event engine (the LLM job model, `simulate.simulate`) ------------------------------------------------------
-# f of the event version, chosen on bench/jct.py's tuning settings only (see the module docstring)
-EVENT_EFFICIENCY_FLOOR = 0.1
+@dataclass(frozen=True)
+class Options(SolverOptions):
+    """frenzy-elastic's (and frenzy-elastic-srpt's) knobs on the event engine: Sia's solver and rounds
+    (`sia.SolverOptions`: round_s is the wake-up grid here), the value's (as `FrenzyElasticOptions`, with the event
+    version's floor; oracle, adapt_batch and scale_up belong to the round version's fitted model) and the guard."""
+
+    efficiency_floor: float = EVENT_EFFICIENCY_FLOOR  # f: value speedup / (1 + f GPUs) (the GPU-hours knob)
+    srpt: bool = False  # order by the remaining-work estimate instead of attained service (frenzy-elastic-srpt)
+    las_quantum_gpu_h: float = 1.0  # attained service at which a job's priority halves
+    min_horizon_s: float = 600.0  # least expected remaining time a restart is weighed against
+    move_margin: float = 0.3  # hysteresis: a running job moves only for this much more speedup
+    # while jobs wait, a running job keeps its allocation this long after its start (frenzy-srpt's thrash guard)
+    preempt_min_run_s: float = 600.0
+
+    legacy_keys: ClassVar[dict[str, str]] = {**SolverOptions.legacy_keys, "preempt_min_run_s": "preempt_min_run_s"}
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_value_knobs(self)
 
 
 class FrenzyElasticPolicy(SiaPolicy):
@@ -375,26 +404,32 @@ class FrenzyElasticPolicy(SiaPolicy):
     event engine"); on the round engine (`--job-model sia-apps`) its `round_allocator`."""
 
     name = "frenzy-elastic"
-    note = "elastic Frenzy: grows, shrinks, preempts every 60 s by least attained service"
-    color = COLOR
+    Options = Options
+    colour = COLOUR
+    note = NOTE
     srpt: ClassVar[bool] = False
-    # what the event version reads of FrenzyElasticOptions: efficiency_floor, las_quantum_gpu_h, min_horizon_s and
-    # move_margin (srpt comes from the class; oracle, adapt_batch and scale_up are the round version's fitted model's).
-    # SimOptions carries no policy knobs, so a variant is a subclass with other event_options.
+    # the value's defaults on the event engine (efficiency_floor, las_quantum_gpu_h, min_horizon_s, move_margin; srpt
+    # comes from the class): `default_options` builds `Options` from them, so a variant may be a subclass with other
+    # event_options; SimOptions.policy_options overrides either
     event_options: ClassVar[FrenzyElasticOptions] = FrenzyElasticOptions(efficiency_floor=EVENT_EFFICIENCY_FLOOR)
     round_options = tuple(f.name for f in dataclasses.fields(FrenzyElasticOptions))  # what the allocator takes
 
     preemptive = True  # the simulator also calls it after a release with nothing queued (running jobs may grow)
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
         # event-driven: called at every arrival and release, and at the wake-ups it asks for (`next_wake_s`: the
-        # sia_round_s grid while jobs wait), since its value changes with time (attained service, ages, the guard)
+        # Options.round_s grid while jobs wait), since its value changes with time (attained service, ages, the guard)
         self.round_s = None
-        self.options = dataclasses.replace(self.event_options, srpt=self.srpt)
         self._restart_cost: dict = {}  # class key -> SimOptions.restart.cost_s, a function of the class alone
         self.moves = 0  # running jobs given another (type, size)
         self.stops = 0  # running jobs preempted with nothing in their place
+
+    @classmethod
+    def default_options(cls) -> Options:
+        e = cls.event_options
+        return Options(efficiency_floor=e.efficiency_floor, srpt=cls.srpt, las_quantum_gpu_h=e.las_quantum_gpu_h,
+                       min_horizon_s=e.min_horizon_s, move_margin=e.move_margin)
 
     @staticmethod
     def round_allocator(layouts, **options):
@@ -428,17 +463,17 @@ class FrenzyElasticPolicy(SiaPolicy):
 
     def guard_end_s(self, view: SchedulerView, st) -> float:
         """Until when a running job keeps its allocation: while it pays its restart, and while jobs wait also
-        until `SimOptions.preempt_min_run_s` after its start (frenzy-srpt / frenzy-las's thrash guard; with no
+        until `Options.preempt_min_run_s` after its start (frenzy-srpt / frenzy-las's thrash guard; with no
         job waiting nothing competes for its GPUs, and growing into idle ones is priced by its restart alone)."""
         guard_s = st.startup_s
         if len(view.queue):
-            guard_s = max(guard_s, self.ctx.options.preempt_min_run_s)
+            guard_s = max(guard_s, self.options.preempt_min_run_s)
         return st.run_start_s + guard_s
 
     def next_wake_s(self, view: SchedulerView) -> float | None:
-        """While jobs wait (the simulator asks only then): the next point of the `sia_round_s` grid at which some
+        """While jobs wait (the simulator asks only then): the next point of the `Options.round_s` grid at which some
         running job is past its guard, so waiting jobs are weighed again as priorities move (a round, as Sia's)."""
-        r_s = float(self.ctx.options.sia_round_s)
+        r_s = float(self.options.round_s)
         movable = min((max(view.now_s, self.guard_end_s(view, view.jobs[j])) for j in view.running),
                       default=view.now_s)
         return r_s * max(math.floor(view.now_s / r_s) + 1, math.ceil(movable / r_s))
@@ -475,7 +510,7 @@ class FrenzyElasticPolicy(SiaPolicy):
     # --- the round ------------------------------------------------------------------------------------------------
     def decide(self, view: SchedulerView) -> list[Decision]:
         running = list(view.running)
-        queued = list(view.queue)[: self.ctx.options.sia_max_jobs]
+        queued = list(view.queue)[: self.options.max_jobs]
         jobs = running + queued
         if not jobs:
             return []
@@ -526,11 +561,19 @@ class FrenzyElasticPolicy(SiaPolicy):
         return {**super().stats(), "elastic_moves": float(self.moves), "elastic_preemptions": float(self.stops)}
 
 
+SRPT_COLOUR = "#7b1fa2"
+SRPT_NOTE = ("frenzy-elastic ordered by remaining work instead: it knows each job's size (its token budget) and "
+             "favours the jobs with the fewest GPU-hours left, so short jobs finish first; otherwise the same elastic "
+             "scheduler (grows, shrinks, moves and pauses jobs on plans that fit in memory, charging each move its "
+             "restart).")
+
+
 class FrenzyElasticSrptPolicy(FrenzyElasticPolicy):
     """`frenzy-elastic-srpt`: the same, ordered by the remaining-work estimate."""
 
     name = "frenzy-elastic-srpt"
-    note = "elastic Frenzy ordered by remaining work (SRPT)"
+    colour = SRPT_COLOUR
+    note = SRPT_NOTE
     srpt = True
 
     @staticmethod

@@ -1,23 +1,24 @@
 """Preemptive, re-planning Frenzy: MARP's plans and HAS, with a priority order that may preempt running jobs.
 
-Beyond the paper (arXiv 2412.14479 keeps a job's first allocation for life). Subclasses give the priority:
-`frenzy-srpt` (predicted remaining service, shortest first; size knowledge from MARP + the performance model) and
-`frenzy-las` (least attained service first, Tiresias-style discretised queues; no size knowledge). At every arrival
-and release (and at the wake-ups it asks for, `next_wake_s`) a decision walks the running jobs and the first
-`backfill_window` queued jobs in priority order (ties: arrival, then index) over a working copy of the free GPUs:
+Beyond the paper (arXiv 2412.14479 keeps a job's first allocation for life). `PreemptiveWalk` is a Frenzy chooser
+(`frenzy.Chooser`); the policy's `preemption` order gives the priority: `frenzy-srpt` (predicted remaining service,
+shortest first; size knowledge from MARP + the performance model) and `frenzy-las` (least attained service first,
+Tiresias-style discretised queues; no size knowledge). At every arrival and release (and at the wake-ups it asks
+for, `next_wake_s`) a decision walks the running jobs and the first `backfill_window` queued jobs in priority order
+(ties: arrival, then index) over a working copy of the free GPUs:
 
-- a queued job takes the first of its candidate plans HAS can place now (frenzy-share's candidates: MARP plans
-  ranked by time, at most its fair share `usable GPUs / active jobs`, never below its smallest plan; plans predicted
-  to need no less memory than one that crashed out of memory are dropped). If none fits, it may preempt running
-  jobs that (a) rank below it by the subclass's `outranks` rule (the required gain), (b) have run at least
-  `SimOptions.preempt_min_run_s` since their last start (the thrash guard) and (c) are predicted to need longer
+- a queued job takes the first of its candidate plans HAS can place now (the policy's `candidate_rule`, for both
+  frenzy-share's `fair_share`: MARP plans ranked by time, at most its fair share `usable GPUs / active jobs`, never
+  below its smallest plan; plans predicted to need no less memory than one that crashed out of memory are dropped). If none fits, it may preempt running
+  jobs that (a) rank below it by the order's `outranks` rule (the required gain), (b) have run at least
+  `Options.preempt_min_run_s` since their last start (the thrash guard) and (c) are predicted to need longer
   than their own restart to finish; victims are taken lowest priority first until HAS places one of its
   candidates, and victims whose GPUs the placement did not use are kept running.
 - a preempted job is re-planned later in the same walk like any queued job (another plan, GPU type or size), on
   what is left; it pays `SimOptions.restart` (the simulator charges it, the same `RestartModel` as every policy).
 - a running job that has run `preempt_min_run_s` may be re-planned onto a faster candidate that HAS can place in
   the free GPUs plus its own, only if its predicted remaining time, restart included, drops by at least
-  `SimOptions.replan_min_gain` (so a completion can grow the jobs left, as an elastic scheduler does).
+  `Options.replan_min_gain` (so a completion can grow the jobs left, as an elastic scheduler does).
 
 Only the simulator changes state: the walk returns Preempt decisions, then Start decisions (the simulator applies
 the preemptions first). Progress is the simulator's: a preempted job keeps what it trained up to the preemption
@@ -26,57 +27,76 @@ the preemptions first). Progress is the simulator's: a preempted job keeps what 
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from dataclasses import dataclass
 from itertools import islice
+from typing import ClassVar
 
 import numpy as np
 
 from frenzy_core.packing import FreeGPUs
 from frenzy_core.policies.base import Decision, Preempt, Reject, SchedulerView, Start
-from frenzy_core.policies.frenzy import _NONE
-from frenzy_core.policies.frenzy_share import FrenzySharePolicy
+from frenzy_core.policies.frenzy import Chooser, FrenzyPolicy
 from frenzy_core.workload import scale_plan
 
 
-class PreemptiveFrenzy(FrenzySharePolicy):
-    """The shared walk (module docstring); subclasses define `priority`, `outranks` and maybe `next_wake_s`."""
+@dataclass(frozen=True)
+class PreemptOptions:
+    """The preemptive walk's knobs (frenzy-srpt's and frenzy-las's `Options`; chosen on bench/jct.py's tuning
+    settings only)."""
 
-    name = "frenzy-preempt"
-    preemptive = True  # the simulator also calls it after a release with nothing queued (a running job may grow)
-    share_factor = 1.0  # a job's plans are capped at this many times its fair share of the GPUs it can use
+    # a running job is preempted or re-planned only after it has run this long since its last start (the thrash
+    # guard, on top of the restart it must pay) ...
+    preempt_min_run_s: float = 600.0
+    # ... and re-planned to a larger plan only if its predicted remaining time, restart included, drops by at least
+    # this share (frenzy-srpt: a job preempts another only if the victim's remaining service is (1 + this) x its own)
+    replan_min_gain: float = 0.25
 
-    @abstractmethod
+    legacy_keys: ClassVar[dict[str, str]] = {"preempt_min_run_s": "preempt_min_run_s",
+                                             "replan_min_gain": "replan_min_gain"}
+
+
+class PreemptionOrder:
+    """Who runs first in the preemptive walk, and who may preempt whom: a policy's `preemption` (frenzy_srpt,
+    frenzy_las); built once per run with the policy."""
+
+    def __init__(self, policy: FrenzyPolicy):
+        self.policy = policy
+
     def priority(self, view: SchedulerView, st) -> float:
         """Lower runs first."""
+        raise NotImplementedError
 
-    @abstractmethod
     def outranks(self, winner: float, victim: float) -> bool:
         """Whether a job of priority `winner` may preempt one of priority `victim` (the required gain)."""
+        raise NotImplementedError
+
+    def next_wake_s(self, view: SchedulerView, wake: float | None) -> float | None:
+        """The walk's wake-up (`wake`: when the first running job becomes preemptible), or an earlier one of the
+        order's own (e.g. a demotion)."""
+        return wake
+
+
+class PreemptiveWalk(Chooser):
+    """The shared walk (module docstring) in the order of the policy's `preemption`."""
+
+    preemptive = True  # the simulator also calls it after a release with nothing queued (a running job may grow)
+
+    def __init__(self, policy: FrenzyPolicy):
+        super().__init__(policy)
+        self.ctx = policy.ctx
+        self.order: PreemptionOrder = policy.preemption(policy)
 
     # --- what the walk needs to know about a job ---------------------------------------------------------------
-    def done_now(self, view: SchedulerView, st) -> float:
-        """Share of the tokens trained by now (`JobStatus.done_share_at`)."""
-        return st.done_share_at(view.now_s)
-
     def _candidates(self, st, n_active: int):
-        plans, _mins = self.ranked(st)
-        usable, smallest = self._usable_of(st)
-        cap = max(self.share_factor * usable / max(n_active, 1), smallest)
-        return self.learned(st, [c for c in plans if c[1] <= cap])
-
-    def _usable_of(self, st) -> tuple[int, int]:
-        got = self._usable.get(st.cls)
-        if got is None:
-            mins = self.ranked(st)[1]
-            got = (sum(c for c, m in zip(self._capacity, mins, strict=True) if m < _NONE), min(mins))
-            self._usable[st.cls] = got
-        return got
+        policy = self.policy
+        plans, _mins = policy.ranked(st)
+        return policy.learned(st, policy.candidate_rule(policy, st, plans, n_active))
 
     def _preemptible(self, view: SchedulerView, st) -> bool:
         """The thrash guard: it has run long enough since its last start, and finishing is not nearer than a
         restart would take."""
         now = view.now_s
-        if now - st.run_start_s < self.ctx.options.preempt_min_run_s:
+        if now - st.run_start_s < self.policy.options.preempt_min_run_s:
             return False
         return st.believed_end_s() - now > self.ctx.options.restart.cost_s(st.job)
 
@@ -86,7 +106,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
         queued = list(islice(view.queue, self.ctx.options.backfill_window))
         running = list(view.running)
         n_active = len(view.running) + len(view.queue)
-        prio = {j: self.priority(view, jobs[j]) for j in running + queued}
+        prio = {j: self.order.priority(view, jobs[j]) for j in running + queued}
         order = sorted(prio, key=lambda j: (prio[j], jobs[j].job.arrival_s, j))
         work = np.array(view.free, dtype=np.int64)
         free: FreeGPUs | None = None
@@ -107,7 +127,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
                     preempted.append(j)
                     starts.append(Start(j, scale_plan(plan, st.job.tokens), pl))
                 continue
-            plans, _ = self.ranked(st)
+            plans, _ = self.policy.ranked(st)
             if not plans:
                 starts.append(Reject(j, "no plan fits this cluster's GPUs"))
                 continue
@@ -141,7 +161,7 @@ class PreemptiveFrenzy(FrenzySharePolicy):
         """Victims lowest priority first until HAS places one of j's candidates; those it did not need stay."""
         jobs = view.jobs
         types = {view.index.type_names[c[0]] for c in cands}
-        pool = [v for v in holding if jobs[v].plan.gpu_type in types and self.outranks(prio[j], prio[v])
+        pool = [v for v in holding if jobs[v].plan.gpu_type in types and self.order.outranks(prio[j], prio[v])
                 and self._preemptible(view, jobs[v])]
         if not pool:
             return None, []
@@ -160,13 +180,13 @@ class PreemptiveFrenzy(FrenzySharePolicy):
 
     def _grow(self, view: SchedulerView, st, placement, work: np.ndarray, n_active: int):
         """A faster plan for a running job in the free GPUs plus its own, if it pays for its restart by the gain."""
-        opts = self.ctx.options
+        opts = self.policy.options
         now = view.now_s
         if now - st.run_start_s < opts.preempt_min_run_s:
             return None
-        left = st.believed_left_share(self.done_now(view, st))
+        left = st.believed_left_share(st.done_share_at(view.now_s))
         current = st.believed_end_s() - now
-        restart = opts.restart.cost_s(st.job)
+        restart = self.ctx.options.restart.cost_s(st.job)
         bar = (1.0 - opts.replan_min_gain) * current
         own_t = view.index.type_pos(st.plan.gpu_type)
         by_type = None
@@ -193,7 +213,8 @@ class PreemptiveFrenzy(FrenzySharePolicy):
         return None
 
     def next_wake_s(self, view: SchedulerView) -> float | None:
-        """When the first running job becomes preemptible (a waiting job may then take its GPUs)."""
-        now, guard = view.now_s, self.ctx.options.preempt_min_run_s
+        """When the first running job becomes preemptible (a waiting job may then take its GPUs), or the order's
+        own earlier wake-up."""
+        now, guard = view.now_s, self.policy.options.preempt_min_run_s
         later = [view.jobs[j].run_start_s + guard for j in view.running if view.jobs[j].run_start_s + guard > now]
-        return min(later) if later else None
+        return self.order.next_wake_s(view, min(later) if later else None)

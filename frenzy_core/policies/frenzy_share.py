@@ -12,35 +12,39 @@ the paper and changes only which ranked plans HAS may take for a job at this dec
 split at the moment it starts), never below the job's smallest plan, so a job is never held back by its cap. Plans of
 more than `cap` GPUs are skipped; among the rest HAS takes the first, by time, that fits now. So on an idle cluster a
 lone job still gets the whole fast type, and under load each start leaves room for the jobs already known.
+
+Composed (`frenzy.FrenzyPolicy`): ranking "time", candidate rule `frenzy.fair_share`, the paper's `FirstFit` chooser.
 """
 
 from __future__ import annotations
 
-from frenzy_core.policies.base import SchedulerView
-from frenzy_core.policies.frenzy import _NONE, FrenzyPolicy
+from dataclasses import dataclass
+from typing import ClassVar
+
+from frenzy_core.policies.frenzy import FrenzyPolicy, fair_share
 from frenzy_core.policies.frenzy_apps import FrenzyShareAppsRounds
+
+COLOUR = "#00838f"
+NOTE = ("Frenzy that shares. Plans are ranked by training time, but a job may take at most its equal share of the GPUs "
+        "it can use (their number over the jobs running and waiting, never less than its smallest plan), so a lone "
+        "job still gets the fastest GPUs and, when many wait, each start leaves room for the others. A job keeps "
+        "its first allocation to the end.")
+
+
+@dataclass(frozen=True)
+class Options:
+    """frenzy-share has no knobs of its own: the cap is the fair share, the ranking is by time."""
+
+    legacy_keys: ClassVar[dict[str, str]] = {}
 
 
 class FrenzySharePolicy(FrenzyPolicy):
     """HAS over plans ranked by time, skipping plans larger than the job's fair share (see the module docstring)."""
 
     name = "frenzy-share"
+    Options = Options
+    colour = COLOUR
+    note = NOTE
     round_allocator = FrenzyShareAppsRounds  # the same policy on the sia-apps job model
-
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self._capacity = [int(c) for c in ctx.index.capacity_by_type()]
-        self._usable: dict[int, tuple[int, int]] = {}  # class row -> (GPUs of the types it has plans on, min GPUs)
-
-    def objective(self) -> str:
-        return "time"
-
-    def candidates(self, view: SchedulerView, st, plans):
-        got = self._usable.get(st.cls)
-        if got is None:
-            mins = self.ranked(st)[1]
-            got = (sum(c for c, m in zip(self._capacity, mins, strict=True) if m < _NONE), min(mins))
-            self._usable[st.cls] = got
-        usable, smallest = got
-        cap = max(usable / (len(view.running) + len(view.queue)), smallest)
-        return [p for p in plans if p[1] <= cap]
+    ranking = "time"
+    candidate_rule = staticmethod(fair_share)

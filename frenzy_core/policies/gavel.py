@@ -26,10 +26,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from scipy.optimize import linprog
 
+from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO
 from frenzy_core.packing import place
 from frenzy_core.policies.base import Decision, Policy, Preempt, Reject, SchedulerView, Start
@@ -39,6 +42,24 @@ from frenzy_core.workload import scale_plan
 
 ROUND_S = 360.0  # run_experiment.sh --interval=360
 TOO_BIG_THROUGHPUT = 1e-1  # gavel.py predict_throughput: a type with fewer GPUs than the job needs
+COLOUR = "#5d4037"
+NOTE = ("Gavel (OSDI'20) as the Sia artifact runs it. Each job runs on exactly the GPUs its user asked for; every 6 "
+        "minutes a linear program decides what share of time each job should spend on each GPU type to maximise the "
+        "cluster's total throughput, and a round-robin hands out the next round's GPUs by who is furthest behind "
+        "its share, preempting and restarting jobs as the shares say.")
+
+
+@dataclass(frozen=True)
+class Options:
+    """gavel's knobs on the LLM job model."""
+
+    round_s: float = ROUND_S  # the round, 360 s as in the artifact's run_experiment.sh
+
+    legacy_keys: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self):
+        if not self.round_s > 0:
+            raise SpecError("round_s", f"must be a positive number of seconds, got {self.round_s}")
 
 
 def app_throughput(app: SiaApp, suffix: str, gpus_per_node: int, total_gpus: int, num_replicas: int,
@@ -212,12 +233,15 @@ class GavelPolicy(Policy):
     """Gavel on the LLM job model: the user's GPU count, the plan table's tokens/s, 360 s rounds."""
 
     name = "gavel"
+    Options = Options
+    colour = COLOUR
+    note = NOTE
     round_allocator = GavelRounds
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.round_s = ROUND_S
-        self.rr = RoundRobin(len(ctx.index.type_names), ROUND_S)
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        self.round_s = float(self.options.round_s)
+        self.rr = RoundRobin(len(ctx.index.type_names), self.round_s)
         self.solve_s: list[float] = []
 
     def _plan(self, st, t: int):

@@ -1,6 +1,6 @@
 """A Sia-like heterogeneity-aware round-based policy (after Jayaram Subramanya et al., SOSP'23), solved as an ILP.
 
-Every `SimOptions.sia_round_s` (60 s) it considers the running jobs and the first `sia_max_jobs` queued ones and
+Every `Options.round_s` (60 s) it considers the running jobs and the first `Options.max_jobs` queued ones and
 solves, with `scipy.optimize.milp` (HiGHS):
 
     maximise   sum_j sum_o  u[j, o] x[j, o]
@@ -8,15 +8,15 @@ solves, with `scipy.optimize.milp` (HiGHS):
                sum_j sum_{o of type g} size(o) x[j, o] <= C_g   for every GPU type g (capacity, shared helper)
                x binary
 
-An option o is (GPU type, size) with size a power of two up to the type's capacity and `sia_max_gpus`. u is the
+An option o is (GPU type, size) with size a power of two up to the type's capacity and `max_gpus`. u is the
 job's normalised throughput, tokens/s of its best fitting split on o (the shared jobs x GPU-types matrix) divided by
 its best over all options, so every job weighs the same whatever its model; an option other than a running job's
-current one is multiplied by (1 - `sia_restart_penalty`) (Sia's restart factor), so jobs move only for a clear gain.
+current one is multiplied by (1 - `restart_penalty`) (Sia's restart factor), so jobs move only for a clear gain.
 Options where the job does not fit in memory have u = 0 and are left out. Then running jobs whose option changed
 are preempted and new allocations are placed largest first with HAS's node choice on that type. The ILP ignores fragmentation, so a
 moved job whose new allocation cannot be placed now is never preempted: it keeps its GPUs and the placement is redone
 (`_place`). Rounds are event-driven (the simulator calls it only when the job set or the free GPUs changed, at most
-once per `sia_round_s`), and HiGHS runs under a node and gap limit, never a time limit, so a seed gives one result.
+once per `round_s`), and HiGHS runs under a node and gap limit, never a time limit, so a seed gives one result.
 Every solve is timed (`stats()`).
 """
 
@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from scipy.optimize import LinearConstraint, milp
 
+from frenzy_core.errors import SpecError
 from frenzy_core.packing import place
 from frenzy_core.policies.base import (
     Decision,
@@ -43,6 +46,45 @@ from frenzy_core.policies.base import (
     throughput_matrix,
 )
 from frenzy_core.workload import scale_plan
+
+COLOUR = "#2e7d32"
+NOTE = ("A Sia-like scheduler (SOSP'23) on this planner's performance model. At most once a minute, when jobs have "
+        "arrived or finished, it re-solves the whole allocation as an integer program: each running or waiting job "
+        "gets at most one (GPU type, GPU count) that fits its memory, chosen to maximise the total of each job's "
+        "speed relative to its best, within each type's GPUs. Jobs may grow, shrink or move to another type (a move "
+        "costs a little, so jobs move only for a clear gain); it does not know job sizes.")
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """The knobs of Sia's ILP and rounds that sia, sia-real and frenzy-elastic's event version share."""
+
+    round_s: float = 60.0  # the scheduling round (Sia's 60 s)
+    max_jobs: int = 256  # queued jobs the ILP considers per round (queue order), besides the running ones
+    max_gpus: int = 64  # largest allocation the ILP offers a job
+    # HiGHS limits per solve: a branch-and-bound node limit and a relative gap, never a wall-clock limit, so that
+    # the same inputs give the same allocation whatever the machine's load (HiGHS is deterministic otherwise).
+    node_limit: int = 1000
+    mip_gap: float = 1e-4  # HiGHS's own default relative gap
+
+    legacy_keys: ClassVar[dict[str, str]] = {"sia_round_s": "round_s", "sia_max_jobs": "max_jobs",
+                                             "sia_max_gpus": "max_gpus", "sia_node_limit": "node_limit",
+                                             "sia_mip_gap": "mip_gap"}
+
+    def __post_init__(self):
+        if not self.round_s > 0:
+            raise SpecError("round_s", f"must be a positive number of seconds, got {self.round_s}")
+        if self.node_limit < 1:
+            raise SpecError("node_limit", f"must be >= 1 branch-and-bound node, got {self.node_limit}")
+
+
+@dataclass(frozen=True)
+class Options(SolverOptions):
+    """sia's knobs: the shared solver's, and the restart factor of its utilities."""
+
+    restart_penalty: float = 0.1  # utility factor lost by an option that moves a running job
+
+    legacy_keys: ClassVar[dict[str, str]] = {**SolverOptions.legacy_keys, "sia_restart_penalty": "restart_penalty"}
 
 
 def solve_counts(util: np.ndarray, counts: np.ndarray, options, capacity, *, node_limit: int | None = None,
@@ -94,10 +136,15 @@ def solve_allocation(util: np.ndarray, options, capacity, **limits) -> np.ndarra
 
 class SiaPolicy(Policy):
     name = "sia"
+    Options = Options
+    colour = COLOUR
+    note = NOTE
+    no_round_engine = ("on the sia-apps job model Sia runs as published (sia-real, goodput from each job's own "
+                       "fitted model); this ILP reads the LLM job model's plan table, which that model has not")
 
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        self.round_s = float(ctx.options.sia_round_s)
+    def __init__(self, ctx, options=None):
+        super().__init__(ctx, options)
+        self.round_s = float(self.options.round_s)
         self._rows: dict = {}  # class key -> row in self._matrix
         self._matrix: ThroughputMatrix | None = None
         self.solve_times_s: list[float] = []
@@ -107,9 +154,8 @@ class SiaPolicy(Policy):
         missing = [k for k in dict.fromkeys(keys) if k not in self._rows]
         if not missing:
             return
-        opts = self.ctx.options
         allkeys = list(self._rows) + missing
-        self._matrix = throughput_matrix(self.ctx, allkeys, opts.sia_max_gpus, opts.safety_margin)
+        self._matrix = throughput_matrix(self.ctx, allkeys, self.options.max_gpus, self.ctx.options.safety_margin)
         self._rows = {k: i for i, k in enumerate(allkeys)}
 
     def tokens_per_s(self, view: SchedulerView, jobs: list[int]) -> np.ndarray:
@@ -131,7 +177,7 @@ class SiaPolicy(Policy):
         x = self.tokens_per_s(view, jobs)
         best = x.max(axis=1, keepdims=True)
         util = np.divide(x, best, out=np.zeros_like(x), where=best > 0)
-        pen = 1.0 - self.ctx.options.sia_restart_penalty
+        pen = 1.0 - self.options.restart_penalty
         for r, j in enumerate(jobs):
             st = view.jobs[j]
             if st.state == "running":
@@ -150,9 +196,8 @@ class SiaPolicy(Policy):
             return None
 
     def decide(self, view: SchedulerView) -> list[Decision]:
-        opts = self.ctx.options
         running = list(view.running)
-        queued = list(view.queue)[: opts.sia_max_jobs]
+        queued = list(view.queue)[: self.options.max_jobs]
         jobs = running + queued
         if not jobs:
             return []
@@ -177,13 +222,13 @@ class SiaPolicy(Policy):
         """Group jobs with equal utility rows and the same current option, solve once per group (`solve_counts`),
         then hand each group's options to its jobs in order (running jobs keep their current option first; then
         the largest allocation goes to the job first in the queue). Returns the option per job (-1 = none)."""
-        opts = self.ctx.options
+        opts = self.options
         groups: dict = {}
         for r in range(len(util)):
             groups.setdefault((current[r], util[r].tobytes()), []).append(r)
         members = list(groups.values())
         y = solve_counts(util[[m[0] for m in members]], np.array([len(m) for m in members]), self._matrix.options,
-                         cap, node_limit=opts.sia_node_limit, mip_gap=opts.sia_mip_gap)
+                         cap, node_limit=opts.node_limit, mip_gap=opts.mip_gap)
         sizes = [s for _t, s in self._matrix.options]
         choice = np.full(len(util), -1)
         for g, rows in enumerate(members):

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from frenzy_core.errors import SpecError
 from frenzy_core.policies.base import class_key
-from frenzy_core.policies.sia import SiaPolicy
+from frenzy_core.policies.sia import SiaPolicy, SolverOptions
 
 P_FAIRNESS = -0.5  # run_experiment.sh --policy_p_val
 LAMBDA_N = 1.1  # --mip_lambda_n: cost of leaving a job without GPUs
@@ -47,6 +48,19 @@ SCALE_UP = 2  # ... max_replicas = 2 x the most replicas profiled
 # sia.py CONFIGS_4GPU / CONFIGS_8GPU: (nodes, GPUs) a job may be given, filtered to the type's node count
 CONFIGS = {4: tuple(zip([1, 1, 1] + list(range(2, 17)), [1, 2, 4] + [4 * n for n in range(2, 17)], strict=True)),
            8: tuple(zip([1, 1, 1, 1] + list(range(2, 9)), [1, 2, 4, 8] + [8 * n for n in range(2, 9)], strict=True))}
+COLOUR = "#9e9d24"
+NOTE = ("Sia as published (SOSP'23, the authors' artifact). At most once a minute it re-solves the whole allocation: "
+        "it estimates each job's speed on every GPU type and count (here the planner's throughput; on Sia's own "
+        "applications a model fitted to the steps the job has run), favours the allocations that help slow jobs "
+        "most (a fairness exponent), charges a restart for any move, and leaves no job without GPUs if it can. Jobs "
+        "grow, shrink and move between types; it does not know job sizes.")
+
+
+@dataclass(frozen=True)
+class Options(SolverOptions):
+    """sia-real's knobs on the LLM job model: the solver's and rounds' it shares with sia (`sia.SolverOptions`); the
+    published objective's constants (P_FAIRNESS, LAMBDA_N, ...) are the artifact's and fixed. The round engine's
+    version (`SiaRealRounds`) takes no knobs."""
 
 
 def solve_stats(kind: str, times_s: Sequence[float]) -> dict[str, float]:
@@ -223,14 +237,14 @@ class SiaRealPolicy(SiaPolicy):
     """Sia's published objective on the LLM job model (same rounds, solver and placement as `sia`)."""
 
     name = "sia-real"
+    Options = Options
+    colour = COLOUR
+    note = NOTE
     round_allocator = SiaRealRounds
 
     def _restart_s(self, st) -> float:
-        """The simulator's restart cost for this job: SimOptions.restart (one RestartModel for every policy) where
-        it exists, else the flat restart_overhead_s."""
-        opts = self.ctx.options
-        model = getattr(opts, "restart", None)
-        return float(model.cost_s(st.job)) if model is not None else float(opts.restart_overhead_s)
+        """The simulator's restart cost for this job: SimOptions.restart (one RestartModel for every policy)."""
+        return float(self.ctx.options.restart.cost_s(st.job))
 
     def utilities(self, view, jobs: list[int]) -> np.ndarray:
         """Gains lambda_n - round(G^p, 2) (0 where the job does not fit): maximising them is Sia's minimisation."""
