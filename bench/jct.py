@@ -267,7 +267,7 @@ def main() -> None:
              f"{f'; job sizes seen with lognormal noise sigma {SIZE_NOISE:g}' if SIZE_NOISE else ''}). Mean and 95% Student-t "
              "interval over seeds (lower bound clipped at 0). Sia workloads (160 jobs per philly/saturn workload, 960 "
              "per newtrace one) and the bundled 2,000-job Philly sample, mapped to LLM jobs by `workload.map_trace`; "
-             "memory and speed from `memory.py` / `perf.py`; see docs/simulation.md for the model and the policies.",
+             "memory and speed from `memory/` / `perf.py`; see docs/simulation.md for the model and the policies.",
              "",
              "**Same restart cost for every policy**: each restart pays the model-aware `RestartModel` (start-up + "
              "checkpoint save + load; 122 s for gpt2 to 1,086 s for llama-2-70b). **JCT, p99 and queueing are over "

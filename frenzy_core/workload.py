@@ -31,7 +31,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -173,23 +173,40 @@ def node_shape(cluster: Cluster, gpu_type: str) -> NodeShape:
     return NodeShape(s.max_gpus_per_node, s.min_intra_link_gbyte_s, s.min_network_gbit_s)
 
 
+# The simulators ask the same (model, training, split) again and again: per run (each PlanTable caches), but also
+# across runs (seeds, policies, sweeps, what-if candidates), so the two scalar predictors are memoised for the
+# process. Both are pure functions of frozen, hashable values; the bound keeps the memo to a few tens of MB.
+ESTIMATE_MEMO_ENTRIES = 1 << 15
+
+
+@lru_cache(maxsize=ESTIMATE_MEMO_ENTRIES)
+def _memory_bytes(model: ModelSpec, training: TrainingSpec, par: Parallelism, method: str) -> int:
+    from frenzy_core.memory import predict_memory
+
+    return int(predict_memory(model, training, par, method=method).total_bytes)
+
+
+@lru_cache(maxsize=ESTIMATE_MEMO_ENTRIES)
+def _step_time_s(model: ModelSpec, training: TrainingSpec, par: Parallelism, gpu: GPUType, shape: NodeShape) -> float:
+    from frenzy_core.perf import step_time
+
+    return step_time(model, training, par, gpu, intra_link_gbyte_s=shape.intra_link_gbyte_s,
+                     network_gbit_s=shape.network_gbit_s, gpus_per_node=shape.gpus_per_node).step_time_s
+
+
 class DefaultEstimator:
-    """Memory from `memory.predict_memory`, speed from `perf.step_time`, ranked plans from `plans.rank_plans`."""
+    """Memory from `memory.predict_memory`, speed from `perf.step_time` (both memoised for the process:
+    `_memory_bytes`, `_step_time_s`), ranked plans from `plans.rank_plans`."""
 
     def __init__(self, method: str = "detailed"):
         self.method = method
 
     def memory_bytes(self, model: ModelSpec, training: TrainingSpec, par: Parallelism) -> int:
-        from frenzy_core.memory import predict_memory
-
-        return int(predict_memory(model, training, par, method=self.method).total_bytes)
+        return _memory_bytes(model, training, par, self.method)
 
     def step_time_s(self, model: ModelSpec, training: TrainingSpec, par: Parallelism, gpu: GPUType,
                     shape: NodeShape) -> float:
-        from frenzy_core.perf import step_time
-
-        return step_time(model, training, par, gpu, intra_link_gbyte_s=shape.intra_link_gbyte_s,
-                         network_gbit_s=shape.network_gbit_s, gpus_per_node=shape.gpus_per_node).step_time_s
+        return _step_time_s(model, training, par, gpu, shape)
 
     def rank(self, model: ModelSpec, training: TrainingSpec, cluster: Cluster, objective: str,
              safety_margin: float) -> tuple[Plan, ...]:

@@ -8,7 +8,7 @@ from frenzy_core.cluster import load_cluster, parse_cluster_yaml
 from frenzy_core.errors import SpecError
 from frenzy_core.models import ZOO, ModelSpec
 from frenzy_core.traces import TraceJob, bundled_traces, load_trace
-from frenzy_core.training import TrainingSpec
+from frenzy_core.training import Parallelism, TrainingSpec
 from frenzy_core.workload import (
     AnalyticEstimator,
     DefaultEstimator,
@@ -259,3 +259,24 @@ def test_size_noise_is_lognormal_with_median_one_and_leaves_the_true_budget(tiny
     for bad in (-0.1, math.nan, 3.5, "1"):
         with pytest.raises(SpecError, match=r"size_noise.*\[0, 3\]"):
             with_size_noise(w, bad, seed=0)
+
+
+def test_the_default_estimator_memoises_the_scalar_predictors_and_answers_as_they_do():
+    """The process-wide memo (`workload._memory_bytes`, `_step_time_s`) gives predict_memory's and step_time's own
+    answers, and a repeated question is a cache hit, not a second evaluation."""
+    from frenzy_core import workload as wl
+    from frenzy_core.gpus import CATALOG
+    from frenzy_core.memory import predict_memory
+    from frenzy_core.perf import step_time
+
+    model, training = ZOO["gpt2"], TrainingSpec(seq_len=512, global_batch=8, micro_batch=2)
+    par, gpu, shape = Parallelism(dp=2), CATALOG["A100-80GB"], wl.NodeShape(8, 300.0, 200.0)
+    est = DefaultEstimator()
+    hits = wl._memory_bytes.cache_info().hits
+    assert est.memory_bytes(model, training, par) == int(predict_memory(model, training, par).total_bytes)
+    assert est.memory_bytes(model, training, par) == int(predict_memory(model, training, par).total_bytes)
+    assert wl._memory_bytes.cache_info().hits >= hits + 1
+    want = step_time(model, training, par, gpu, intra_link_gbyte_s=300.0, network_gbit_s=200.0,
+                     gpus_per_node=8).step_time_s
+    assert est.step_time_s(model, training, par, gpu, shape) == want
+    assert wl._memory_bytes.cache_info().maxsize == wl.ESTIMATE_MEMO_ENTRIES
