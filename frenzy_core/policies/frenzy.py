@@ -21,6 +21,7 @@ subclasses (a variant is one direct subclass that sets them):
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, ClassVar
@@ -72,7 +73,7 @@ def fair_share(policy: FrenzyPolicy, st, plans, n_active: int):
     return [p for p in plans if p[1] <= cap]
 
 
-class Chooser:
+class Chooser(ABC):
     """How a Frenzy variant turns each job's candidates into decisions (its `decide`); built once per run."""
 
     preemptive: ClassVar[bool] = False  # the simulator also calls it after a release with nothing queued
@@ -80,8 +81,9 @@ class Chooser:
     def __init__(self, policy: FrenzyPolicy):
         self.policy = policy
 
+    @abstractmethod
     def decide(self, view: SchedulerView) -> list[Decision]:
-        raise NotImplementedError
+        """The decisions of one scheduling event."""
 
     def next_wake_s(self, view: SchedulerView) -> float | None:
         return None

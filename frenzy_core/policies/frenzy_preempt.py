@@ -27,6 +27,7 @@ the preemptions first). Progress is the simulator's: a preempted job keeps what 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from itertools import islice
 from typing import ClassVar
@@ -55,20 +56,20 @@ class PreemptOptions:
                                              "replan_min_gain": "replan_min_gain"}
 
 
-class PreemptionOrder:
+class PreemptionOrder(ABC):
     """Who runs first in the preemptive walk, and who may preempt whom: a policy's `preemption` (frenzy_srpt,
     frenzy_las); built once per run with the policy."""
 
     def __init__(self, policy: FrenzyPolicy):
         self.policy = policy
 
+    @abstractmethod
     def priority(self, view: SchedulerView, st) -> float:
         """Lower runs first."""
-        raise NotImplementedError
 
+    @abstractmethod
     def outranks(self, winner: float, victim: float) -> bool:
         """Whether a job of priority `winner` may preempt one of priority `victim` (the required gain)."""
-        raise NotImplementedError
 
     def next_wake_s(self, view: SchedulerView, wake: float | None) -> float | None:
         """The walk's wake-up (`wake`: when the first running job becomes preemptible), or an earlier one of the
