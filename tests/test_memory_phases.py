@@ -10,7 +10,7 @@ import pytest
 from frenzy_core.memory import NO_OVERHEAD, PHASES, phase_components, predict_memory, stage_terms
 from frenzy_core.memory.phases import PHASE_COMPONENTS
 from frenzy_core.models import ModelSpec
-from frenzy_core.training import TrainingSpec
+from frenzy_core.training import Parallelism, TrainingSpec
 
 # A Llama-shaped model to count by hand: h = 64, 4 heads of 16 (q = 64 wide), 2 KV heads (k, v = 32 wide), SwiGLU
 # ffn 96, V = 512, 2 layers, RMSNorm, untied head, no biases
@@ -103,6 +103,18 @@ def test_stage_terms_are_the_hand_counted_terms():
     assert terms["gradients_in_backward"] == 0  # one micro-batch: none yet at the start of backward
     assert terms["layer_activations"] == L * 256 * _tokens_layer_bytes()
     assert terms["weight_copies_at_loss"] == 0  # fp32: autocast caches no copies
+
+
+def test_only_the_last_pipeline_stage_holds_the_head_and_its_input_gradient():
+    """Two stages of one layer each: the LM head, the loss and the gradient the head hands back (s tokens x h x 4 B
+    in fp32, no sequence parallelism) live on the last stage only; the first stage holds none of them."""
+    s = 256
+    training = TrainingSpec(seq_len=s, **FP32_ADAMW)
+    par = Parallelism(pp=2)
+    first, last = stage_terms(TINY, training, par, stage=0), stage_terms(TINY, training, par, stage=1)
+    assert (first["head_activations"], first["loss_or_head_gradient"], first["head_input_gradient"]) == (0, 0, 0)
+    assert last["head_input_gradient"] == s * FP32 * H == 65_536
+    assert last["loss_or_head_gradient"] == s * V * (FP32 + FP32 + FP32)  # as on one GPU: the fp32 loss' buffers
 
 
 def test_the_table_lists_every_term_and_names_only_terms_that_exist():
