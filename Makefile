@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CLUSTER ?= sample_clusters/modern-mixed.yaml
 PORT ?= 8501
 
-.PHONY: run test setup setup-dev lint bench clean
+.PHONY: run run-dev test setup setup-dev lint bench clean
 
 $(BIN)/python:
 	@command -v $(PY) >/dev/null 2>&1 || { echo "Python 3.11 not found as $(PY); set PY=/path/to/python3.11"; exit 1; }
@@ -27,6 +27,11 @@ setup-dev: $(VENV)/.dev
 ## make run: set up .venv and serve the app (default cluster: $(CLUSTER))
 run: setup
 	FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
+
+## make run-dev: the same, reloading pages when their source changes (the shipped config turns the watcher off)
+run-dev: setup
+	FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true \
+		--server.fileWatcherType auto --server.runOnSave true
 
 ## make test: set up .venv with dev tools, lint, run every test on TEST_WORKERS processes (pytest-xdist; each test
 ## file stays on one worker so its module-scoped servers start once; TEST_WORKERS=0 runs in one process)
