@@ -254,6 +254,24 @@ def wait_text(page, selector: str, text: str, timeout_s: float = 30) -> None:
     raise AssertionError(f"{text!r} never appeared in {selector}: {page.locator(selector).all_inner_texts()[:3]}")
 
 
+def url_holds(page, want, timeout_s: float = 15.0) -> None:
+    """Wait until the address bar's share link decodes to a scenario `want` accepts: the page writes the link at
+    the end of its run, so a reload right after an input could otherwise restore the state from before it."""
+    from urllib.parse import parse_qs, urlparse
+
+    from frenzy_core.scenario import decode_share
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        code = parse_qs(urlparse(page.url).query).get("s", [""])[0]
+        scenario = decode_share(code) if code else None
+        if scenario is not None and want(scenario):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the address bar's share link never held the state: {scenario and scenario.plans}")
+        page.wait_for_timeout(200)
+
+
 def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/?s={_code('ml-engineer')}", "Frenzy Planner")
@@ -278,7 +296,7 @@ def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
     nav(page, "Plans")
     wait_text(page, '[data-testid="stAlert"]', "lowest cost")  # the objective survived the page change
     assert value_of(page, "plans_max_gpus") == "32"
-    page.wait_for_function("() => location.search.includes('s=')", timeout=10_000)
+    url_holds(page, lambda sc: sc.plans.objective == "cost" and sc.plans.max_gpus == 32)
     page.reload()
     page.wait_for_selector('h1:has-text("Plans")', timeout=30_000)
     wait_idle(page)

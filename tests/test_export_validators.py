@@ -170,19 +170,31 @@ def test_deepspeed_config_class_reads_every_export_back(tmp_path):
     assert interval["t4p2 full k=1"] == 1 and interval["t4p2 full k=3"] == 3 and interval["t4p2 selective k=1"] is None
 
 
-@pytest.mark.parametrize("break_it", [
-    pytest.param(lambda c: c["zero_optimization"].update(stag=1), id="unknown-zero-key"),
-    pytest.param(lambda c: c.update(gradient_accumulation_steps=c["gradient_accumulation_steps"] + 1),
-                 id="batch-identity"),
-    pytest.param(lambda c: c["zero_optimization"].update(stage=7), id="zero-stage-7"),
-    pytest.param(lambda c: c.update(train_batch_sise=c.pop("train_batch_size")), id="misspelt-top-level-key"),
-    pytest.param(lambda c: c["optimizer"].update(type="AdamWW"), id="unknown-optimizer"),
-])
-def test_deepspeed_validator_rejects_a_broken_export(break_it, tmp_path):
+BROKEN = {
+    "unknown-zero-key": lambda c: c["zero_optimization"].update(stag=1),
+    "batch-identity": lambda c: c.update(gradient_accumulation_steps=c["gradient_accumulation_steps"] + 1),
+    "zero-stage-7": lambda c: c["zero_optimization"].update(stage=7),
+    "misspelt-top-level-key": lambda c: c.update(train_batch_sise=c.pop("train_batch_size")),
+    "unknown-optimizer": lambda c: c["optimizer"].update(type="AdamWW"),
+}
+
+
+@pytest.fixture(scope="module")
+def broken_parsed(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """Each broken copy of the first export and what DeepSpeed's config class made of it: all read in one
+    subprocess (importing deepspeed costs seconds; one import per case was a quarter of this file's time)."""
     _, dp, cfg = _deepspeed_exports()[0]
-    broken = copy.deepcopy(cfg)
-    break_it(broken)
-    (parsed,) = _deepspeed_parse([(dp, broken)], tmp_path)
+    broken = {}
+    for name, break_it in BROKEN.items():
+        broken[name] = copy.deepcopy(cfg)
+        break_it(broken[name])
+    parsed = _deepspeed_parse([(dp, b) for b in broken.values()], tmp_path_factory.mktemp("broken"))
+    return {name: (broken[name], got) for name, got in zip(broken, parsed, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_deepspeed_validator_rejects_a_broken_export(broken_parsed, name):
+    broken, parsed = broken_parsed[name]
     assert _deepspeed_mismatches(broken, parsed)
 
 
