@@ -545,6 +545,11 @@ def test_layer_activations_use_q_kv_and_output_widths_by_hand():
     # eager: q, k and v widened by repeat_kv to 4 heads x 32, the context copy (128 wide), fp32 probs + bf16 copy
     assert eager.split == 2 * (128 + 128 + 128) + 2 * 128 + swiglu == 1792
     assert eager.scores == 4 * 4 + 2 * 4
+    # selective recomputation (Korthikanti Sec. 5) recomputes the attention core: no s x s bytes are kept at all,
+    # the rest of the layer unchanged
+    selective = layer_activations(WIDE_Q, amp_flash.model_copy(update={"attention": "eager", "recompute": "selective"}),
+                                  get_recipe("pytorch"))
+    assert selective.scores == 0 and selective.split == eager.split and selective.replicated == eager.replicated
 
 
 @pytest.mark.parametrize("attention", ["flash", "eager"])
