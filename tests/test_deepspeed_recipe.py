@@ -269,6 +269,18 @@ def test_zero3_gathered_parameters_at_backward_start_match_real_deepspeed(row):
         assert got <= row["parameters"]
 
 
+def test_zero3_shards_over_the_data_and_context_parallel_ranks_together():
+    # context-parallel ranks hold the same parameters, so ZeRO-3 partitions them over the d x cp ranks (Megatron's
+    # data-parallel-with-context group): d=2, cp=2 is a 4-way partition like d=4, and only one rank in all gathers
+    # nothing (partition_parameters.py _no_gather_coalesced)
+    ds = TrainingSpec(framework="deepspeed", zero_stage=3, global_batch=8)
+    four_way = zero3_gathered_elements(ZOO["gpt2"], ds, Parallelism(dp=4))
+    assert four_way > 0
+    assert zero3_gathered_elements(ZOO["gpt2"], ds, Parallelism(dp=2, cp=2)) == four_way
+    assert zero3_gathered_elements(ZOO["gpt2"], ds, Parallelism(dp=1, cp=2)) == four_way
+    assert zero3_gathered_elements(ZOO["gpt2"], ds, Parallelism(dp=1, cp=1)) == 0.0
+
+
 def test_zero3_cpu_cases_cover_each_limit_binding():
     # the fixture varies the two limits so each binds at least once, plus the whole model and a single rank
     zc = [(r["zero_optimization"]["stage3_max_live_parameters"], r["zero_optimization"]["stage3_max_reuse_distance"],

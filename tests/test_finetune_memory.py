@@ -77,6 +77,21 @@ def test_a_target_list_is_bounded_and_the_message_stays_short():
     assert len(str(err.value)) < 300
 
 
+def test_under_autocast_each_separate_targeted_linear_keeps_its_own_cast_of_the_input():
+    # gate_proj and up_proj are separate nn.Linear modules: under autocast each casts the norm output itself and
+    # lora_A keeps that cast (peft Linear.forward: lora_A(dropout(x)), no dropout here): two bf16 copies of x for
+    # adapters on both, one for an adapter on up alone, one when the two linears are fused into one
+    from frenzy_core.memory.adapters import lora_layer_terms
+
+    def fc1(targets: str, separate: bool) -> float:
+        training = TrainingSpec(**{**BASE, "precision": "amp", "lora_targets": targets})
+        return lora_layer_terms(TINY, training, BF16, FFN, True, True, separate).fc1_input
+
+    assert fc1("gate,up", True) == 2 * BF16 * H
+    assert fc1("up", True) == BF16 * H
+    assert fc1("gate,up", False) == BF16 * H
+
+
 # --- dropout and DoRA (peft/tuners/lora/layer.py Linear.forward, dora.py) ----------------------------------------
 def test_dropout_on_separate_q_and_v_keeps_a_mask_and_a_copy_per_adapter():
     # hf: separate q_proj / v_proj, each adapter its own nn.Dropout. Without dropout lora_A keeps x (bf16, 2h, one
