@@ -12,6 +12,9 @@ from pages import common
 st.set_page_config(page_title="Frenzy Planner", page_icon=":material/memory:", layout="wide")
 common.init_state()
 common.load_share_link()  # a share link (?s=...) opened: its scenario becomes the state this very run (never raises)
+# the address bar gets the link at the start of the run as well as at its end: Streamlit drops the query string on a
+# page change, and a reload before the new page's run had ended used to open the defaults (tests/test_browser.py)
+common.sync_share_link()
 
 pages = [st.Page(path, title=title, icon=icon, default=(key == "overview"))
          for key, (path, title, icon) in common.PAGES.items()]

@@ -329,6 +329,7 @@ def test_procurement_path_sample_scenario_budget_across_pages(browser_page):
     nav(page, "Cluster & packing")
     nav(page, "GPU mix what-if")
     assert float(value_of(page, "wi_budget")) == 150  # the budget survived the page change
+    url_holds(page, lambda sc: sc.whatif.budget_usd_per_hour == 150)
     page.reload()
     page.wait_for_selector('h1:has-text("GPU mix what-if")', timeout=30_000)
     wait_idle(page)
