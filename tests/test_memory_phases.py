@@ -117,6 +117,15 @@ def test_only_the_last_pipeline_stage_holds_the_head_and_its_input_gradient():
     assert last["loss_or_head_gradient"] == s * V * (FP32 + FP32 + FP32)  # as on one GPU: the fp32 loss' buffers
 
 
+def test_a_short_sequence_peaks_on_the_head_weight_gradient_and_its_cast():
+    """At 8 tokens the head's gradients outgrow the loss buffers (8 x V x 12 B): the bf16 weight gradient of the
+    head's matmul (V x h x 2 B), its cast to the fp32 parameter dtype (V x h x 4 B) and the input gradient
+    (8 x h x 4 B)."""
+    s = 8
+    last = stage_terms(TINY, TrainingSpec(seq_len=s, **FP32_ADAMW), Parallelism(pp=2), stage=1)
+    assert last["loss_or_head_gradient"] == V * H * (2 + FP32) + s * FP32 * H == 198_656
+
+
 def test_the_table_lists_every_term_and_names_only_terms_that_exist():
     listed = {name for phase in PHASES for component in PHASE_COMPONENTS for name in getattr(phase, component)}
     assert listed == set(stage_terms(TINY, TrainingSpec(seq_len=8, **FP32_ADAMW)))
