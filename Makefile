@@ -25,13 +25,13 @@ setup: $(VENV)/.runtime
 setup-dev: $(VENV)/.dev
 
 ## make run: set up .venv and serve the app (default cluster: $(CLUSTER))
+SERVE = FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
 run: setup
-	FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true
+	$(SERVE)
 
 ## make run-dev: the same, reloading pages when their source changes (the shipped config turns the watcher off)
 run-dev: setup
-	FRENZY_CLUSTER=$(CLUSTER) $(BIN)/streamlit run app.py --server.port $(PORT) --server.headless true \
-		--server.fileWatcherType auto --server.runOnSave true
+	$(SERVE) --server.fileWatcherType auto --server.runOnSave true
 
 ## make test: set up .venv with dev tools, lint, run every test on TEST_WORKERS processes (pytest-xdist; each test
 ## file stays on one worker so its module-scoped servers start once; TEST_WORKERS=0 runs in one process)

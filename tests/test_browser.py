@@ -255,8 +255,8 @@ def wait_text(page, selector: str, text: str, timeout_s: float = 30) -> None:
 
 
 def url_holds(page, want, timeout_s: float = 15.0) -> None:
-    """Wait until the address bar's share link decodes to a scenario `want` accepts: the page writes the link at
-    the end of its run, so a reload right after an input could otherwise restore the state from before it."""
+    """Wait until the address bar's share link decodes to a scenario `want` accepts: the app writes the link during
+    each run (app.py), so a reload just after an input or a page change could otherwise restore an older state."""
     from urllib.parse import parse_qs, urlparse
 
     from frenzy_core.scenario import decode_share
@@ -268,7 +268,7 @@ def url_holds(page, want, timeout_s: float = 15.0) -> None:
         if scenario is not None and want(scenario):
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"the address bar's share link never held the state: {scenario and scenario.plans}")
+            raise AssertionError(f"the address bar's share link never held the state: {scenario!r:.600}")
         page.wait_for_timeout(200)
 
 
