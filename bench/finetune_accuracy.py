@@ -48,6 +48,8 @@ EXTRA_MODELS = {
 # the preset a user would pick (q,v -> attention; every block linear -> all-linear)
 NEW_FIELDS = ("lora_dropout", "lora_variant", "quant_backend", "quant_head", "loss_dtype", "optimizer_dtype",
               "paged_optimizer", "optimizer_in_backward", "activation_offload")
+# Stacks added by issue 21, and the recipe their rows were predicted with before (LitGPT's rows: plain PyTorch)
+BEFORE_FRAMEWORK = {"litgpt": "pytorch"}
 
 
 def held_out(row_id: str) -> bool:
@@ -69,6 +71,8 @@ def before_fields(fields: dict) -> dict:
     targets = old.get("lora_targets")
     if targets and targets not in ("attention", "all-linear"):
         old["lora_targets"] = "all-linear" if {"gate", "up", "down"} & set(targets.split(",")) else "attention"
+    if old.get("framework") in BEFORE_FRAMEWORK:
+        old["framework"] = BEFORE_FRAMEWORK[old["framework"]]
     return old
 
 

@@ -86,7 +86,7 @@ class TrainingSpec(BaseModel):
     sequence_parallel: bool = False  # Megatron SP: norms and dropouts split over t too (Korthikanti et al. 2022)
     attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
     dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
-    framework: FrameworkName = "pytorch"  # whose code runs the step: pytorch, hf, megatron, fsdp2, deepspeed, unknown
+    framework: FrameworkName = "pytorch"  # whose code runs the step: pytorch, hf, megatron, fsdp2, deepspeed, torchtune, litgpt, unknown
     recompute_every: int = 1  # with recompute full / op-sac: checkpoint every k-th layer only (torchtitan ac_freq)
     loss_chunks: int = 1  # cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)
     offload: Offload = "none"  # CPU offload of optimizer states (+ grads), or of the parameters too

@@ -195,7 +195,8 @@ def test_capabilities_by_hand():
              for n, fw in FRAMEWORKS.items()}
     assert table == {"pytorch": (True, False, False, True), "hf": (False, False, False, False),
                      "megatron": (True, True, True, True), "fsdp2": (True, True, False, True),
-                     "deepspeed": (False, False, False, True), "unknown": (True, True, True, True)}
+                     "deepspeed": (False, False, False, True), "torchtune": (False, False, False, False),
+                     "litgpt": (False, False, False, False), "unknown": (True, True, True, True)}
     assert [n for n, fw in FRAMEWORKS.items() if fw.fully_shards] == ["fsdp2"]
     assert FRAMEWORKS["megatron"].default_precision == "bf16-master"
 

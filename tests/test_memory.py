@@ -313,9 +313,12 @@ _SETUP = st.fixed_dictionaries({
 
 
 def _valid(setup: dict) -> dict:
-    if setup["framework"] == "megatron" and setup["precision"] == "amp":
+    from frenzy_core.frameworks import get as get_framework
+
+    fw = get_framework(setup["framework"])  # megatron, torchtune: no autocast; fsdp2, torchtune: zero 0 or 3
+    if not fw.supports_amp and setup["precision"] == "amp":
         setup = {**setup, "precision": "bf16-master"}
-    if setup["framework"] == "fsdp2" and setup["zero_stage"] in (1, 2):
+    if setup["zero_stage"] not in fw.zero_stages:
         setup = {**setup, "zero_stage": 3}
     return setup
 

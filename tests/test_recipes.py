@@ -24,7 +24,7 @@ def _spec(framework, **kw):
 
 
 def test_every_framework_has_a_recipe_named_after_it():
-    assert set(FRAMEWORKS) == {"pytorch", "hf", "megatron", "fsdp2", "deepspeed"}
+    assert set(FRAMEWORKS) == {"pytorch", "hf", "megatron", "fsdp2", "deepspeed", "torchtune", "litgpt"}
     assert all(RECIPES[name].name == name for name in FRAMEWORKS)
 
 

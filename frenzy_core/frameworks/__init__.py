@@ -4,9 +4,9 @@ Adding a stack is one module building a `Framework` and one line below. Code out
 (`get(training.framework).supports_cp`), never compares the name.
 
 >>> list(FRAMEWORKS)
-['pytorch', 'hf', 'megatron', 'fsdp2', 'deepspeed', 'unknown']
+['pytorch', 'hf', 'megatron', 'fsdp2', 'deepspeed', 'torchtune', 'litgpt', 'unknown']
 >>> KNOWN  # the stacks with a recipe of their own; unknown is the band over them
-('pytorch', 'hf', 'megatron', 'fsdp2', 'deepspeed')
+('pytorch', 'hf', 'megatron', 'fsdp2', 'deepspeed', 'torchtune', 'litgpt')
 >>> switch_owner("compile").name
 'fsdp2'
 """
@@ -14,13 +14,13 @@ Adding a stack is one module building a `Framework` and one line below. Code out
 from __future__ import annotations
 
 from frenzy_core.errors import SpecError
-from frenzy_core.frameworks import deepspeed, fsdp2, hf, megatron, pytorch, unknown
+from frenzy_core.frameworks import deepspeed, fsdp2, hf, litgpt, megatron, pytorch, torchtune, unknown
 from frenzy_core.frameworks.base import Framework, Recipe
 
 FRAMEWORKS: dict[str, Framework] = {
     fw.name: fw
     for fw in (pytorch.FRAMEWORK, hf.FRAMEWORK, megatron.FRAMEWORK, fsdp2.FRAMEWORK, deepspeed.FRAMEWORK,
-               unknown.FRAMEWORK)
+               torchtune.FRAMEWORK, litgpt.FRAMEWORK, unknown.FRAMEWORK)
 }
 KNOWN: tuple[str, ...] = tuple(name for name, fw in FRAMEWORKS.items() if not fw.is_band)
 # TrainingSpec fields that belong to one stack, and which: refused under the others, accepted under unknown

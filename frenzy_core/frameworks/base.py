@@ -60,6 +60,16 @@ class Recipe:
     # (TrainingSpec.precision, setup) pairs where this stack holds other bytes per parameter than PRECISIONS says
     # (FSDP2's fp32 shards, DeepSpeed's bf16 gradients); each stack's module cites the code
     precision_overrides: tuple[tuple[str, PrecisionSetup], ...] = field(default=(), repr=False)
+    # torchtune with loss_chunks > 1: the LM head runs chunk by chunk (TransformerDecoder.chunked_output), the recipe
+    # holds the logit chunks until the loss has run, and the head's weight gradient is summed chunk by chunk
+    # (memory.loss held_logit_chunks_bytes_per_logit, chunked_head_gradient_bytes)
+    chunked_output_head: bool = False
+    # LitGPT (lit_gpt/lora.py, lit_gpt/model.py, lit_gpt/rmsnorm.py, finetune/lora.py at 8641822b; frameworks/litgpt.py):
+    lora_qkv_zero_pad: bool = False  # LoRAQKVLinear.zero_pad's index_copy keeps its source (some of q/k/v adapted)
+    gqa_reshape_copies: bool = False  # with 1 < kv groups < heads, q/k/v reshapes copy and k, v widen to every head
+    separate_mlp_linears: bool = False  # gate and up are separate LoRA linears (one dropout each), the QKV stays fused
+    rmsnorm_weight_keeps_normed: bool = False  # RMSNorm's `weight * x_normed` in bf16 keeps x_normed if weight trains
+    logits_held_through_backward: bool = False  # the training loop holds the logits (chunks) through all of backward
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""

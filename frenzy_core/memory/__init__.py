@@ -44,6 +44,7 @@ from frenzy_core.memory.activations import (
     megatron_expert_inner_bytes,
     op_sac_layer_activations,
     unfused_norm_extra,
+    weight_kept_normed_bytes,
 )
 from frenzy_core.memory.activations import _LayerActivations as _LayerActivations
 from frenzy_core.memory.activations import _mla_attention as _mla_attention
@@ -59,6 +60,7 @@ from frenzy_core.memory.adapters import (
     lora_head_parameters,
     lora_layer_terms,
     lora_parameters,
+    lora_zero_pad_source_bytes,
     quantised_bytes_per_weight,
 )
 from frenzy_core.memory.adapters import _LoraLayerTerms as _LoraLayerTerms
@@ -71,6 +73,7 @@ from frenzy_core.memory.loss import (
     LOGSOFTMAX_SAVED_BYTES,
     LOSS_BACKWARD_BYTES_PER_LOGIT,
     NLL_GRAD_BYTES,
+    held_logits_bytes,
     loss_bytes_per_logit,
 )
 from frenzy_core.memory.paper import (
@@ -148,8 +151,10 @@ __all__ = [
     "STAGES_AT_ONCE_ELEMENTS", "TE_COMPUTE_STREAMS", "TE_CUBLAS_WORKSPACE_BYTES", "MemoryBreakdown", "OverheadSpec",
     "Phase", "base_keeps_inputs", "check_sizes", "effective_zero_stage", "frozen_weight_bytes", "in_flight_layers",
     "largest_trained_parameter", "layer_activations", "lora_head_bytes_per_token", "lora_head_parameters",
-    "lora_layer_terms", "lora_parameters", "loss_bytes_per_logit", "megatron_expert_inner_bytes", "model_state_bytes",
+    "lora_layer_terms", "lora_parameters", "lora_zero_pad_source_bytes", "loss_bytes_per_logit",
+    "megatron_expert_inner_bytes", "model_state_bytes", "held_logits_bytes",
     "op_sac_layer_activations", "paged_state_fraction", "phase_components", "predict_memory", "predict_memory_band",
     "predict_memory_totals", "quantised_bytes_per_weight", "side_stream_pool_bytes", "stage_terms",
-    "unfused_norm_extra", "zero3_gathered_elements", "zero_model_states_at_step", "zero_step_terms",
+    "unfused_norm_extra", "weight_kept_normed_bytes", "zero3_gathered_elements", "zero_model_states_at_step",
+    "zero_step_terms",
 ]

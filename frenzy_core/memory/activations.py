@@ -115,6 +115,27 @@ def unfused_norm_extra(model: ModelSpec, recipe: Recipe, width: int, input_bytes
     return FP32_BYTES * width
 
 
+def weight_kept_normed_bytes(model: ModelSpec, recipe: Recipe, training: TrainingSpec, width: int,
+                             input_bytes: int) -> float:
+    """Bytes per token an RMSNorm written `weight * x_normed` in the input's dtype saves beyond its input and rstd.
+
+    Lightning-AI/litgpt lit_gpt/rmsnorm.py at 8641822b, RMSNorm.forward: `x_normed = x * torch.rsqrt(norm_x +
+    eps)`; `return self.weight * x_normed`. MulBackward keeps the operand the other one's gradient needs: x_normed
+    only while the weight trains (full fine-tuning), in the input's dtype; LoRA freezes it
+    (lit_gpt/lora.py mark_only_lora_as_trainable), and then nothing beyond x and the (tokens, 1) rsqrt is kept.
+
+    >>> from frenzy_core.models import ZOO
+    >>> from frenzy_core.frameworks.litgpt import RECIPE
+    >>> weight_kept_normed_bytes(ZOO["llama-2-7b"], RECIPE, TrainingSpec(precision="bf16"), 4096, 2)
+    8192
+    >>> weight_kept_normed_bytes(ZOO["llama-2-7b"], RECIPE, TrainingSpec(precision="bf16", lora_rank=8), 4096, 2)
+    0
+    """
+    if not (recipe.rmsnorm_weight_keeps_normed and model.norm_kind == "rmsnorm") or training.lora_rank:
+        return 0
+    return input_bytes * width
+
+
 def layer_activations(
     model: ModelSpec, training: TrainingSpec, recipe: Recipe | None = None, moe_layer: bool | None = None
 ) -> _LayerActivations:
@@ -150,7 +171,8 @@ def _layer_context(model: ModelSpec, training: TrainingSpec, recipe: Recipe) -> 
         norm_stats=NORM_STATS[model.norm_kind] * FP32_BYTES,
         autocast_inputs=recipe.autocast and ps.compute_copy_bytes > 0,
         separate_qkv=recipe.separate_projections and model.position_kind == "rotary",
-        norm_extra=unfused_norm_extra(model, recipe, model.hidden_size, resid),
+        norm_extra=unfused_norm_extra(model, recipe, model.hidden_size, resid)
+        + weight_kept_normed_bytes(model, recipe, training, model.hidden_size, resid),
     )
 
 
@@ -191,7 +213,10 @@ def _flash_attention(model: ModelSpec, recipe: Recipe, cx: _LayerContext) -> flo
     rope_copies = act * (q + kv) if rotary else 0  # rotated q and k are new tensors
     flash_output = act * o  # flash output; the output projection keeps the same storage as its input
     flash_lse = FP32_BYTES * model.num_heads  # log-sum-exp, a*s*b fp32 (FlashAttention-2, Dao 2023)
-    if recipe.repeat_kv_copies and rotary:
+    # LitGPT (gqa_reshape_copies): the same copies, but only with 1 < kv heads < heads; with MHA / MQA its
+    # reshapes of the permuted fused output are views (lit_gpt/model.py CausalSelfAttention.forward)
+    gqa_copies = recipe.gqa_reshape_copies and 1 < model.kv_heads < model.num_heads
+    if (recipe.repeat_kv_copies or gqa_copies) and rotary:
         # torchtitan Attention.forward: SDPA saves the rotated q, and k and v widened to every head by repeat_kv;
         # the narrow rotated k and the projections' outputs die
         qkv_output, rope_copies = act * o, act * 2 * q
@@ -282,7 +307,8 @@ def _mlp_block(model: ModelSpec, recipe: Recipe, cx: _LayerContext, moe_layer: b
     h, act = model.hidden_size, cx.act
     routing = _moe_routing(model, recipe, cx) if moe_layer else _Routing(model.ffn, 1, 0, 0, 0, 0, 0)
     fc1_input = act * h  # K.: 2sbh
-    if model.mlp_kind == "swiglu" and recipe.separate_projections and cx.autocast_inputs:
+    separate_gate_up = recipe.separate_projections or recipe.separate_mlp_linears
+    if model.mlp_kind == "swiglu" and separate_gate_up and cx.autocast_inputs:
         fc1_input = 2 * act * h  # gate_proj and up_proj each keep their own bf16 cast of the input
     if moe_layer and recipe.moe_probs_in_experts:
         inner_bytes = megatron_expert_inner_bytes(model, act, routing.inner)
@@ -385,7 +411,8 @@ def _with_lora(model: ModelSpec, training: TrainingSpec, recipe: Recipe, cx: _La
                attention: _AttentionTerms, mlp: _MlpTerms) -> tuple[_AttentionTerms, _MlpTerms]:
     """The blocks with LoRA's adapters (`lora_layer_terms`): the linears' kept inputs and the adapters' tensors."""
     lora = lora_layer_terms(model, training, cx.act, mlp.routing.inner, cx.autocast_inputs, cx.separate_qkv,
-                            recipe.separate_projections)
+                            recipe.separate_projections or recipe.separate_mlp_linears,
+                            zero_pad=recipe.lora_qkv_zero_pad)
     split = attention.split + lora.attention_extra
     if training.attention == "eager" and not model.is_mla and not lora.o_input_kept:
         split -= cx.act * model.attention_output_dim  # the context copy only the output projection kept

@@ -72,7 +72,7 @@ def base_keeps_inputs(training: TrainingSpec) -> bool:
 
 
 def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: int, autocast_inputs: bool,
-                     separate_qkv: bool, separate_mlp: bool) -> _LoraLayerTerms:
+                     separate_qkv: bool, separate_mlp: bool, zero_pad: bool = False) -> _LoraLayerTerms:
     """What a LoRA layer keeps for backward, per token, by group of linears sharing an input.
 
     peft/tuners/lora/layer.py Linear.forward (huggingface/peft at 5d602fdb): `result = base_layer(x)` then
@@ -83,7 +83,8 @@ def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: 
     products keep the base output and the LoRA output, out-wide each (the weight norm is detached: no saved tensor).
     Under autocast with separate projections each targeted linear keeps its own cast of x; a fused q|k|v (or
     gate|up) linear is one adapter with one dropout (Lightning-AI/litgpt lit_gpt/lora.py LoRAQKVLinear.forward at
-    8641822b: `self.lora_dropout(x)` once, then a grouped conv1d for q, k and v).
+    8641822b: `self.lora_dropout(x)` once, then a grouped conv1d for q, k and v). `zero_pad`: LitGPT's fused adapter
+    also keeps its zero-padding source (`lora_zero_pad_source_bytes`).
     """
     targets = training.lora_target_set
     swiglu = model.mlp_kind == "swiglu"
@@ -118,6 +119,8 @@ def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: 
         return extra
 
     attention_extra = adapters(("q", "k", "v", "o"))
+    if zero_pad and not model.is_mla:
+        attention_extra += lora_zero_pad_source_bytes(model, training, act)
     o_kept = ("o" in targets and p == 0) or keeps
     if "o" in targets and p > 0:
         attention_extra += dropped_copy * model.attention_output_dim
@@ -131,6 +134,27 @@ def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: 
     return _LoraLayerTerms(qkv_input=None if model.is_mla else group_input(("q", "k", "v"), separate_qkv),
                            fc1_input=group_input(fc1_names, separate_mlp and swiglu), attention_extra=attention_extra, mlp_extra=mlp_extra,
                            o_input_kept=o_kept)
+
+
+def lora_zero_pad_source_bytes(model: ModelSpec, training: TrainingSpec, act: int) -> float:
+    """Bytes per token LitGPT's fused q|k|v adapter keeps for its zero padding, in one layer.
+
+    Lightning-AI/litgpt lit_gpt/lora.py at 8641822b, LoRAQKVLinear.forward: `after_B = self.conv1d(...)` is the
+    (tokens, sum(qkv_shapes)) update of the adapted projections only (q: n_embd wide, k and v: kv_embd_size each);
+    `zero_pad` returns it unchanged when q, k and v are all adapted, and otherwise scatters it into zeros with
+    `result.index_copy(1, lora_ind, x.reshape(-1, sum(self.qkv_shapes)))`. IndexCopyBackward keeps that `source`
+    (tools/autograd/derivatives.yaml, index_copy: `source: grad.index_select(dim, index).expand_as(source)`), in the
+    compute dtype, until backward reaches the layer. finetune/lora.py adapts query and value: q_dim + kv_dim wide.
+
+    >>> from frenzy_core.models import ZOO
+    >>> lora_zero_pad_source_bytes(ZOO["llama-2-7b"], TrainingSpec(lora_rank=8, lora_targets="q,v"), 2)
+    16384.0
+    """
+    adapted = [n for n in ("q", "k", "v") if n in training.lora_target_set]
+    if not adapted or len(adapted) == 3:
+        return 0.0  # nothing to pad: no adapter on the fused linear, or every part of it adapted
+    widths = {"q": model.q_dim, "k": model.kv_dim, "v": model.kv_dim}
+    return float(act * sum(widths[n] for n in adapted))
 
 
 def lora_head_bytes_per_token(model: ModelSpec, training: TrainingSpec, act: int) -> float:

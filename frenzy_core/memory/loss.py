@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from frenzy_core.memory.activations import NORM_STATS, unfused_norm_extra
+import numpy as np
+
+from frenzy_core.memory.activations import NORM_STATS, unfused_norm_extra, weight_kept_normed_bytes
 from frenzy_core.memory.adapters import lora_head_bytes_per_token
 from frenzy_core.memory.sizes import BF16_BYTES, FP32_BYTES, INDEX_BYTES
 from frenzy_core.models import ModelSpec
@@ -31,9 +33,12 @@ LOSS_BACKWARD_BYTES_PER_LOGIT = LOGSOFTMAX_SAVED_BYTES + NLL_GRAD_BYTES + LOGITS
 HEAD_GRAD_COMPUTE_BYTES = BF16_BYTES
 
 
-def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp32") -> float:
+def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp32",
+                         logit_bytes: int = BF16_BYTES) -> float:
     """Loss bytes per logit element alive in its backward; with k chunks (torchtune CEWithChunkedOutputLoss) every
-    chunk's fp32 log-softmax stays saved (4 B) but only one chunk at a time holds the two fp32 gradients.
+    chunk's fp32 log-softmax stays saved (4 B) but only one chunk at a time holds the two fp32 gradients. Where the
+    stack holds the head's logit chunks (`logit_bytes` each) until the loss returns, the end of the loss' forward
+    can be larger (`held_logit_chunks_bytes_per_logit`); the larger of the two moments is returned.
 
     loss_dtype bf16: F.cross_entropy on bf16 logits keeps a bf16 log-softmax, and its gradients are bf16 (LitGPT
     utils.py chunked_cross_entropy on the bf16-true model's logit chunks; torchtune's compiled
@@ -52,24 +57,66 @@ def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp3
     if chunks == 1:
         return float(per_logit)
     saved = element  # each chunk's log-softmax output
-    return saved + (per_logit - saved) / chunks
+    in_backward = saved + (per_logit - saved) / chunks
+    if recipe.chunked_output_head and loss_dtype == "fp32":
+        return max(in_backward, held_logit_chunks_bytes_per_logit(chunks, logit_bytes))
+    return in_backward
+
+
+def held_logit_chunks_bytes_per_logit(chunks: int, logit_bytes: int = BF16_BYTES) -> float:
+    """Bytes per logit element at the end of a chunked loss' forward when the logit chunks are still held.
+
+    torchtune (pytorch/torchtune@1814feb1): modules/transformer.py TransformerDecoder.chunked_output returns
+    `[self.output(chunk) for chunk in last_hidden_state.chunk(num_output_chunks, dim=1)]` (compute-dtype logits),
+    recipes/full_finetune_single_device.py _loss_step keeps that list in `logits` until `del logits` after the loss;
+    modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss.forward runs compute_cross_entropy chunk by
+    chunk, `F.cross_entropy(logits.float(), ...)`: each chunk's fp32 log-softmax is saved for backward, and the fp32
+    upcast of the chunk in progress lives while its log-softmax runs (`.float()` of fp32 logits is the tensor
+    itself). So when the last chunk's log-softmax runs: every saved log-softmax (4 B), every held chunk
+    (`logit_bytes`) and one chunk's upcast (4 B / k).
+
+    >>> held_logit_chunks_bytes_per_logit(8)  # 4 + 2 + 4 / 8
+    6.5
+    """
+    upcast = FP32_BYTES if logit_bytes != FP32_BYTES else 0
+    return FP32_BYTES + logit_bytes + upcast / chunks
 
 
 def head_activation_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
     """What the final norm, the LM head and the loss keep for backward, per micro-batch (last stage)."""
     h, tokens, sp_divisor = model.hidden_size, step.tokens, step.sp_divisor
     norm_extra = unfused_norm_extra(model, step.recipe, h, step.resid)
+    norm_extra = norm_extra + weight_kept_normed_bytes(model, step.recipe, training, h, step.resid)
     final_norm_input = tokens * (step.resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
     head_input = tokens * step.act * h / sp_divisor  # the LM head's linear keeps its input
     target_ids = tokens * INDEX_BYTES  # the loss keeps a contiguous copy of the shifted targets
-    head_activations = final_norm_input + head_input + target_ids
+    head_activations = final_norm_input + head_input + target_ids + held_logits_bytes(step, model)
     return head_activations + tokens * lora_head_bytes_per_token(model, training, step.act) / sp_divisor
+
+
+def held_logits_bytes(step: Step, model: ModelSpec):
+    """The logits the training loop itself holds through the whole backward (last stage; 0 for other recipes).
+
+    Lightning-AI/litgpt finetune/lora.py at 8641822b, train(): `logits = model(input_ids, lm_head_chunk_size=128)`,
+    `logits[-1] = logits[-1][..., :-1, :]`, `loss = chunked_cross_entropy(logits, targets[..., 1:])`,
+    `fabric.backward(loss / gradient_accumulation_iters)`: the list keeps every chunk referenced while backward
+    runs, on top of what the loss saved (`loss_bytes_per_logit`: F.cross_entropy's log-softmax keeps its output,
+    not the logits). The chunks are fp32: `model` is Fabric's wrapper, whose forward returns
+    `self._precision.convert_output(output)`, and every precision plugin (bf16-true HalfPrecision, bf16-mixed
+    MixedPrecision, BitsandbytesPrecision) casts floating outputs to `torch.get_default_dtype()`, fp32 outside its
+    forward context (Lightning-AI/lightning@71aed751, the commit LitGPT's requirements.txt pins:
+    src/lightning/fabric/wrappers.py _FabricModule.forward, plugins/precision/half.py convert_output).
+    """
+    if not step.recipe.logits_held_through_backward:
+        return 0.0
+    return step.tokens * model.vocab_size / step.t * FP32_BYTES
 
 
 def loss_buffer_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
     """Loss buffers at the start of backward (last stage): `loss_bytes_per_logit` per logit of the micro-batch."""
     V, t = model.vocab_size, step.t
-    loss_buffers = step.tokens * V / t * loss_bytes_per_logit(step.recipe, training.loss_chunks, training.loss_dtype)
+    loss_buffers = step.tokens * V / t * loss_bytes_per_logit(step.recipe, training.loss_chunks, training.loss_dtype,
+                                                             step.act)
     if model.final_logit_softcapping is not None:
         # Gemma2ForCausalLM.forward: logits / cap, tanh, * cap before the loss: tanh's saved output (compute dtype)
         # is alive through the loss' backward
@@ -87,7 +134,31 @@ def head_gradient_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
         head_grad = head_grad + head_grad_params * ps.param_bytes  # ... and its cast to the parameter dtype (AMP)
     if training.lora_rank:  # a frozen LM head forms no weight gradient
         head_grad = 0.0
-    return head_grad + step.tokens * step.act * h / t  # the gradient w.r.t. the head's input
+    whole = head_grad + step.tokens * step.act * h / t  # the gradient w.r.t. the head's input
+    if step.recipe.chunked_output_head:  # the head runs per chunk: its gradient is summed chunk by chunk
+        return np.maximum(whole, chunked_head_gradient_bytes(step, model, training))
+    return whole
+
+
+def chunked_head_gradient_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
+    """The LM head's gradients when it runs per logit chunk and trains (last stage; 0 otherwise).
+
+    torchtune (pytorch/torchtune@1814feb1) modules/transformer.py TransformerDecoder.chunked_output applies the head
+    to each of the k chunks, so its backward runs k times, once after each chunk's loss backward: chunk j's matmul
+    forms a V x h weight gradient (the parameter's dtype: bf16 params, no autocast) that autograd adds to the sum
+    of the earlier chunks' (torch/csrc/autograd/input_buffer.cpp InputBuffer::add: the two exist while they are
+    added), while the k - j chunks not reached yet keep their saved log-softmax. For j >= 2: the sum and the new
+    gradient (2 x V h), the (k - 2) / k of the loss' saved tensors, and chunk j's logit gradient and input gradient.
+    """
+    k = training.loss_chunks
+    if not step.recipe.chunked_output_head or k < 2 or training.lora_rank:
+        return 0.0
+    V, h, t = model.vocab_size, model.hidden_size, step.t
+    saved_per_logit = BF16_BYTES if training.loss_dtype == "bf16" else FP32_BYTES  # each chunk's saved log-softmax
+    unreached_chunks = (k - 2) / k * step.tokens * V / t * saved_per_logit
+    weight_gradients = 2 * V * h / t * step.ps.param_bytes  # the running sum and chunk j's own
+    chunk_gradients = step.tokens / k * step.act * (V / t + h)  # d logits of chunk j, d its input
+    return unreached_chunks + weight_gradients + chunk_gradients
 
 
 def head_input_gradient_bytes(step: Step, model: ModelSpec):
