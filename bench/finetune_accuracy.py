@@ -5,7 +5,8 @@
 
 Truth: bench/data/published_finetune_peaks.jsonl (sources, configs and the held-out rule in its .md). Each row is
 predicted with `predict_memory(...).allocated_bytes` (tensors + cuBLAS workspaces: what max_memory_allocated and
-torchtune's "Peak Memory Active" report) under the row's own TrainingSpec fields. Rows are split by the fixed rule
+torchtune's "Peak Memory Active" report) under the row's own TrainingSpec fields, split over the row's `gpus` as
+data parallelism (LitGPT's multi-GPU rows: FSDP1 over dp = gpus, grouped apart as `.../fsdp1`). Rows are split by the fixed rule
 sha256(id) % 3 == 0 -> held out; the two sets are reported apart, and nothing is tuned on held-out rows. Rows whose
 `features` list something the planner does not model (torchtune's per-layer torch.compile) are scored with the rest
 and also left out in the `all-modelled-features` lines.
@@ -47,7 +48,7 @@ EXTRA_MODELS = {
 # What the planner could express before issue 21: the fields it lacked are dropped, a comma list of targets becomes
 # the preset a user would pick (q,v -> attention; every block linear -> all-linear)
 NEW_FIELDS = ("lora_dropout", "lora_variant", "quant_backend", "quant_head", "loss_dtype", "optimizer_dtype",
-              "paged_optimizer", "optimizer_in_backward", "activation_offload")
+              "paged_optimizer", "optimizer_in_backward", "activation_offload", "fsdp")
 # Stacks added by issue 21, and the recipe their rows were predicted with before (LitGPT's rows: plain PyTorch)
 BEFORE_FRAMEWORK = {"litgpt": "pytorch"}
 
@@ -97,7 +98,8 @@ def evaluate(rows: list[dict], before: bool = False) -> dict:
     for row in rows:
         err = predict_row(row, before) / row["truth_bytes"] - 1
         split = "held_out" if held_out(row["id"]) else "calibration"
-        group = f"{row['stack']}/{row['method']}" + (f"/{row['backend']}" if row.get("backend") else "")
+        group = (f"{row['stack']}/{row['method']}" + (f"/{row['backend']}" if row.get("backend") else "")
+                 + (f"/fsdp{row['training']['fsdp']}" if row["training"].get("fsdp") else ""))
         out["rows"].append({"id": row["id"], "split": split, "group": group, "err": err,
                             "features": row.get("features", [])})
     for key in sorted({r["group"] for r in out["rows"]}) + ["all"]:

@@ -118,9 +118,14 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--paged-optimizer", action="store_true", help="bitsandbytes paged optimizer states")
     p.add_argument("--optimizer-in-backward", action="store_true", help="step and free each gradient in backward")
     p.add_argument("--activation-offload", action="store_true", help="saved activations offloaded to the host")
+    p.add_argument("--packed", action="store_true",
+                   help="several documents packed into each row, attention kept within each (hf: an s x s mask)")
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
     p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
     p.add_argument("--moe-grouped-gemm", action="store_true", help="Megatron --moe-grouped-gemm (TE GroupedLinear)")
+    p.add_argument("--fsdp", type=int, default=0, metavar="{1,2}",
+                   help="the FSDP of a --zero 3 run: 1 FullyShardedDataParallel (FlatParameter; hf, litgpt), 2 "
+                        "fully_shard (fsdp2, torchtune); default: the stack's own (litgpt 1, fsdp2 / torchtune 2)")
     _OVERLAP = {"auto": None, "on": True, "off": False}
     p.add_argument("--overlap-dp-comm", default="auto", choices=list(_OVERLAP), type=str,
                    help="data-parallel comm hidden behind compute (Megatron --overlap-grad-reduce/--overlap-param-"
@@ -155,7 +160,7 @@ def _model(args):
 
 
 _FINETUNE_FLAGS = ("lora_dropout", "lora_variant", "quant_backend", "quant_head", "loss_dtype", "optimizer_dtype",
-                   "paged_optimizer", "optimizer_in_backward", "activation_offload")
+                   "paged_optimizer", "optimizer_in_backward", "activation_offload", "packed")
 
 
 def _training(args, dp: int = 1):
@@ -175,6 +180,7 @@ def _training(args, dp: int = 1):
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
         **{f: getattr(args, f) for f in _FINETUNE_FLAGS if hasattr(args, f)},
         fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,
+        fsdp=getattr(args, "fsdp", 0),
         overlap_dp_comm={"on": True, "off": False}.get(getattr(args, "overlap_dp_comm", "auto")),
         tp_comm_overlap={"on": True, "off": False}.get(getattr(args, "tp_comm_overlap", "auto")),
         reduce_bucket_size=args.reduce_bucket_size, stage3_max_live_parameters=args.stage3_max_live_parameters,

@@ -618,6 +618,10 @@ def accelerate_config(model, training, plan, cluster, tokens) -> dict:
             "megatron_lm_use_distributed_optimizer": bool(training.distributed_optimizer or training.zero_stage),
             "megatron_lm_gradient_clipping": 1.0,
         }
+    elif training.zero_stage == 3 and training.fsdp == 1:
+        # the FSDP1 memory terms (frameworks/fsdp1.py) describe accelerate's FSDP plugin, not the DeepSpeed config below
+        raise SpecError("export", "fsdp 1 (FullyShardedDataParallel) has no accelerate fsdp_config writer yet; this "
+                                  "export writes DeepSpeed ZeRO for zero_stage > 0: leave fsdp 0 to export it")
     elif training.zero_stage > 0:
         cfg["distributed_type"] = "DEEPSPEED"
         cfg["deepspeed_config"] = {"zero_stage": training.zero_stage, "gradient_accumulation_steps": plan.grad_accum,

@@ -102,9 +102,16 @@ class TrainingSpec(BaseModel):
     paged_optimizer: bool = False  # bitsandbytes paged optimizer: states >= 1e5 elements in CUDA managed memory
     optimizer_in_backward: bool = False  # torchtune optimizer_in_bwd: each parameter steps and frees its gradient
     activation_offload: bool = False  # torchtune enable_activation_offloading: saved activations go to the host
+    # several documents packed into each seq_len row, attention kept within each (position ids restart per document;
+    # torchtune packed: True, HF DataCollatorWithFlattening): memory.pipeline.packed_mask_bytes
+    packed: bool = False
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
+    # Which FSDP shards a zero_stage 3 run: 1 FullyShardedDataParallel (FSDP1, FlatParameter: LitGPT's and accelerate's),
+    # 2 fully_shard (FSDP2: fsdp2, torchtune); 0 the stack's own (Framework.fsdp_default: litgpt 1, fsdp2 / torchtune
+    # 2, hf its generic ZeRO-3, as its accelerate export writes DeepSpeed ZeRO). FSDP1's terms: frameworks/fsdp1.py
+    fsdp: int = 0
     # Communication hidden behind compute (perf.comm_overlaps); None = the framework's default. Data parallel: Megatron
     # --overlap-grad-reduce / --overlap-param-gather, FSDP / ZeRO-3 prefetch, DeepSpeed overlap_comm (default: on for
     # megatron, fsdp2 and ZeRO-3). Tensor parallel: Megatron --tp-comm-overlap, torchtitan AsyncTP (default: on for
@@ -164,7 +171,28 @@ class TrainingSpec(BaseModel):
             raise ValueError("moe_grouped_gemm runs in Megatron, which has no autocast mode: use precision bf16-master")
         if self.zero_stage not in fw.zero_stages:
             raise ValueError(fw.zero_stage_refusal.format(zero_stage=self.zero_stage))
+        self._check_fsdp(fw)
         return self
+
+    def _check_fsdp(self, fw) -> None:
+        """`fsdp`: 1 or 2 (0: the stack's own), under a stack that shards with it, at zero_stage 3."""
+        if self.fsdp not in (0, 1, 2):
+            raise ValueError(f"fsdp must be 1 (FullyShardedDataParallel, FSDP1) or 2 (fully_shard, FSDP2), or 0 for "
+                             f"the stack's own; got {short_repr(self.fsdp)}")
+        if fw.fsdp_version(self) == 1 and (self.offload != "none" or self.optimizer_in_backward):
+            raise ValueError(f"fsdp 1 ({self.framework} at zero_stage 3 shards with FullyShardedDataParallel): its "
+                             f"CPUOffload and optimizer-in-backward are not modelled; use offload none and "
+                             f"optimizer_in_backward off (or framework fsdp2)")
+        if not self.fsdp:
+            return
+        if not fw.fsdp_versions:
+            raise ValueError(f"fsdp {self.fsdp}: {self.framework} does not shard with FSDP; fsdp 1 runs under "
+                             f"framework hf or litgpt, fsdp 2 under fsdp2 or torchtune (or leave fsdp 0)")
+        if self.fsdp not in fw.fsdp_versions:
+            raise ValueError(fw.fsdp_refusal.format(fsdp=self.fsdp))
+        if self.zero_stage != 3 and not fw.fully_shards:
+            raise ValueError(f"fsdp {self.fsdp} names the FSDP that shards the parameters: use zero_stage 3 "
+                             f"(FULL_SHARD), got zero_stage {self.zero_stage} (or leave fsdp 0)")
 
     def _check_finetune(self) -> None:
         """The fine-tuning switches: each names its field, its limit and the fix."""

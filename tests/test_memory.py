@@ -158,6 +158,9 @@ def test_nccl_buffers_only_count_with_more_than_one_gpu():
     training = TrainingSpec(seq_len=1024, global_batch=8)
     assert predict_memory(GPT2, training, overhead=only_nccl).overhead_bytes == 0
     assert predict_memory(GPT2, training, Parallelism(dp=2), overhead=only_nccl).overhead_bytes == 1000
+    # two context-parallel ranks and nothing else are two GPUs too: ring attention's communicator holds buffers
+    # (kills the mutation-seed-1 survivor `dp * tp * pp * cp` -> `dp * tp * pp / cp`, which saw one GPU)
+    assert predict_memory(GPT2, training, Parallelism(cp=2), overhead=only_nccl).overhead_bytes == 1000
 
 
 def test_moe_counts_all_experts_weights():

@@ -70,6 +70,13 @@ class Recipe:
     separate_mlp_linears: bool = False  # gate and up are separate LoRA linears (one dropout each), the QKV stays fused
     rmsnorm_weight_keeps_normed: bool = False  # RMSNorm's `weight * x_normed` in bf16 keeps x_normed if weight trains
     logits_held_through_backward: bool = False  # the training loop holds the logits (chunks) through all of backward
+    # packed sequences (TrainingSpec.packed) build a (micro-batch, 1, s, s) bool document mask that SDPA keeps
+    # (transformers masking_utils; memory.pipeline.packed_mask_bytes); False: cu_seqlens or a block mask, no s x s
+    packed_mask_materialised: bool = False
+    # FSDP1 (torch.distributed.fsdp.FullyShardedDataParallel, TrainingSpec.fsdp 1): each wrapped unit's parameters are
+    # one FlatParameter, whose gradient spans every parameter in it, frozen ones too (use_orig_params); no_sync keeps
+    # the unsharded flat gradients through gradient accumulation (docs/memory.md, "FSDP1"; frenzy_core/frameworks/fsdp1.py)
+    fsdp1_flat_parameters: bool = False
 
     def precision_setup(self, precision: str) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision`."""
@@ -142,6 +149,10 @@ class Framework:
     supports_chunked_loss: bool  # the loss can run over chunks of the logits (loss_chunks > 1)
     switches: tuple[str, ...]  # TrainingSpec fields only this stack reads (refused under the others)
     switches_label: str  # how the Model memory page names those switches ("" when there are none)
+    # the FSDP implementations (TrainingSpec.fsdp: 1 FullyShardedDataParallel, 2 fully_shard) this stack shards
+    # with at zero_stage 3, and the one TrainingSpec.fsdp 0 means there (0: neither, the generic ZeRO-3 terms)
+    fsdp_versions: tuple[int, ...] = ()
+    fsdp_default: int = 0
     # --- speed terms (frenzy_core.perf) -------------------------------------------------------------------------
     # data-parallel communication hidden behind compute when TrainingSpec.overlap_dp_comm is None
     dp_overlap_default: Callable[[Any], bool] = _zero3_prefetch
@@ -160,6 +171,7 @@ class Framework:
     chunked_loss_refusal: str = ""  # loss_chunks > 1 under a stack whose loss is not chunked
     zero_stage_refusal: str = ""  # a zero_stage outside zero_stages; {zero_stage} is filled in
     switch_refusal: str = ""  # one of `switches` under another stack; {field} and {framework} are filled in
+    fsdp_refusal: str = ""  # a TrainingSpec.fsdp outside fsdp_versions; {fsdp} is filled in
     # a warning the Model memory page shows with this stack's figure, (training, par) -> text or None
     memory_caveat: Callable[[Any, Any], str | None] = _no_caveat
     # the recipe with the run's own settings (DeepSpeed's zero_optimization sizes), (recipe, training) -> Recipe
@@ -169,6 +181,22 @@ class Framework:
     def is_band(self) -> bool:
         """No recipe of its own: memory is the band over every known stack's recipe (framework unknown)."""
         return self.recipe is None
+
+    def fsdp_version(self, training: Any) -> int:
+        """The FSDP implementation a run shards with: 1 (FullyShardedDataParallel, FlatParameter), 2 (fully_shard),
+        or 0 (not FSDP: unsharded, ZeRO-1/2, or this stack's generic ZeRO-3). `TrainingSpec.fsdp` where given, else
+        `fsdp_default` when the parameters are sharded.
+
+        >>> from frenzy_core.frameworks import get
+        >>> from frenzy_core.training import TrainingSpec
+        >>> get("litgpt").fsdp_version(TrainingSpec(framework="litgpt", precision="bf16", zero_stage=3))
+        1
+        >>> get("hf").fsdp_version(TrainingSpec(framework="hf", precision="amp", zero_stage=3))  # opt in: fsdp 1
+        0
+        """
+        if not (training.zero_stage == 3 or self.fully_shards):
+            return 0
+        return getattr(training, "fsdp", 0) or self.fsdp_default
 
     def gathers_each_layer(self, training: Any) -> bool:
         """Whether parameters are gathered layer by layer (ZeRO-3 / FSDP): data-parallel traffic then hides behind

@@ -127,4 +127,8 @@ FRAMEWORK = Framework(
     # tensor parallel: torchtitan's AsyncTP is opt-in (TrainingSpec.tp_comm_overlap)
     zero_stage_refusal="fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {zero_stage}",
     switch_refusal="compile models torchtitan's per-block torch.compile: use framework fsdp2, got {framework}",
+    fsdp_versions=(2,),  # fully_shard (FSDP2): this recipe's terms
+    fsdp_default=2,
+    fsdp_refusal="fsdp {fsdp}: framework fsdp2 is torchtitan's fully_shard (FSDP2): use fsdp 2 (or 0, its "
+                 "default), or framework hf / litgpt for FullyShardedDataParallel (fsdp 1)",
 )

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from frenzy_core.frameworks import pytorch
+from frenzy_core.frameworks import fsdp1, pytorch
 from frenzy_core.frameworks.base import Framework
 
 LITGPT_REPO = "Lightning-AI/litgpt"
@@ -111,4 +111,12 @@ FRAMEWORK = Framework(
     memory_caveat=memory_caveat,
     zero_stage_refusal="litgpt runs one GPU, Fabric DDP (zero_stage 0) or FSDP FULL_SHARD (zero_stage 3), got "
                        "{zero_stage}",
+    # finetune/lora.py setup(): devices > 1 -> FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy=
+    # {Block}, state_dict_type="full", limit_all_gathers=True, cpu_offload=False): torch FullyShardedDataParallel
+    # (FSDP1) over lit_gpt Blocks, its only sharding at 8641822 (frameworks/fsdp1.py)
+    fsdp_versions=(fsdp1.VERSION,),
+    fsdp_default=fsdp1.VERSION,
+    fsdp_refusal="fsdp {fsdp}: litgpt at 8641822 shards with Fabric's FSDPStrategy, torch "
+                 "FullyShardedDataParallel (FSDP1): use fsdp 1 (or 0, its default)",
+    tune_recipe=fsdp1.tune_recipe,
 )

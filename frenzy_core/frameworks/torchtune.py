@@ -106,4 +106,9 @@ FRAMEWORK = Framework(
     zero_stage_refusal="torchtune runs one GPU unsharded or FSDP2 fully_shard (ZeRO-3): use zero_stage 0 or 3, got "
                        "{zero_stage}",
     memory_caveat=memory_caveat,
+    # the distributed recipes: training/_distributed.py shard_model -> fully_shard (FSDP2) per layer
+    fsdp_versions=(2,),
+    fsdp_default=2,
+    fsdp_refusal="fsdp {fsdp}: torchtune's distributed recipes shard with fully_shard (FSDP2, "
+                 "training.shard_model): use fsdp 2 (or 0, its default)",
 )

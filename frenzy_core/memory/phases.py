@@ -8,7 +8,7 @@ component, the terms alive in it (their bytes come from `_stage_terms`, one func
 there); `_detailed` takes the largest phase on the most loaded pipeline stage, never their sum.
 
 >>> [phase.name for phase in PHASES]
-['optimizer-step', 'backward-start', 'backward-recompute']
+['optimizer-step', 'backward-start', 'backward-recompute', 'unit-gradient']
 >>> PHASES[0].activations  # the step runs after the last backward: no activation is alive
 ()
 """
@@ -62,6 +62,9 @@ class Phase:
     transient: tuple[str, ...]
     stream_pools: tuple[str, ...]  # reserved by other streams' pools, idle at this moment (not allocated)
     only_when_recomputing: bool = False  # a phase of steps that recompute layers in backward (else: all zero)
+    # a term without which this moment does not exist: where it is 0 (a stack that never forms it), the phase is all
+    # zero ("" for none)
+    requires: str = ""
 
 
 # The activations of the layers in flight, and what a stage keeps beside them
@@ -99,6 +102,19 @@ PHASES = (
           transient=(*_COPIES, "recomputed_layer_copies", "gradient_bucket", "moe_run_buffers"),
           stream_pools=("idle_pools_in_backward",),
           only_when_recomputing=True),
+    # FSDP1, at the end of one FlatParameter unit's backward (frameworks/fsdp1.py): its views' gradients and their
+    # concatenation into the flat gradient (memory.states.fsdp1_gradient_terms), beside the gradients accumulated
+    # so far; the unit and the prefetched one unsharded; the gradient flowing into the unit; the loss is done.
+    Phase("unit-gradient",
+          weights=("weights",),
+          gradients=("gradients_in_backward",),
+          optimizer=("optimizer_states",),
+          activations=_ACTIVATIONS,
+          logits=("head_input_gradient",),
+          transient=(*_COPIES, "recomputed_layer_copies", "fsdp1_unit_gradient", "gradient_bucket",
+                     "moe_run_buffers"),
+          stream_pools=("idle_pools_in_backward",),
+          requires="fsdp1_unit_gradient"),
 )
 _PHASES = tuple(phase.name for phase in PHASES)
 _COMPONENTS = ("weights", "gradients", "optimizer", "activations", "logits", "transient")
@@ -113,12 +129,16 @@ def phase_components(phase: Phase, terms: dict, recomputing: bool) -> dict[str, 
     for every component of a phase this step does not have)."""
     if phase.only_when_recomputing and not recomputing:
         return dict.fromkeys(PHASE_COMPONENTS, 0.0)  # no layer is recomputed: never the peak
+    if phase.requires and not np.any(terms[phase.requires]):
+        return dict.fromkeys(PHASE_COMPONENTS, 0.0)  # the moment this phase describes never happens
     parts = {}
     for component in PHASE_COMPONENTS:
         names = getattr(phase, component)
         total = terms[names[0]] if names else 0.0
         for name in names[1:]:
             total = total + terms[name]
+        if phase.requires:
+            total = np.where(np.asarray(terms[phase.requires]) > 0, total, 0.0)
         parts[component] = total
     return parts
 
@@ -177,7 +197,7 @@ def _stage_terms(step: Step, shared: dict, model: ModelSpec, training: TrainingS
     reduce_scatter_pool, all_gather_pool = side_stream_pool_bytes(model, step.recipe, step.ps, states.gradients,
                                                                   step.t, step.p, stage, step.shard, step.e)
     gradients_at_step, step_temporary = optimizer_step_terms(step, training, states)
-    gradients_in_backward = backward_gradients(step, states.gradients)
+    gradients_in_backward = backward_gradients(step, states.gradients, states.accumulated_gradients)
     copies_at_loss, recomputed_copies = stage_weight_copies(step, model, training, stage, last, castable, layers,
                                                             shared["layer_weights_ep"])
     return {
@@ -188,6 +208,7 @@ def _stage_terms(step: Step, shared: dict, model: ModelSpec, training: TrainingS
         "gradients_in_backward": gradients_in_backward,
         "optimizer_step_temporary": step_temporary,
         "gradient_bucket": gradient_bucket_bytes(step),
+        "fsdp1_unit_gradient": states.unit_gradient,
         # pipeline.py: activations of the layers in flight, the micro-batches' inputs, per-stage tables
         "layer_activations": acts["layer_activations"],
         "micro_batch_inputs": acts["micro_batch_inputs"],

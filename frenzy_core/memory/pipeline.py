@@ -108,7 +108,28 @@ def stage_table_bytes(step: Step, model: ModelSpec, training: TrainingSpec) -> f
     # HF builds the sliding-window mask beside the causal one (masking_utils create_sliding_window_causal_mask,
     # Gemma2Model.forward's mask mapping); eager computes the full s x s scores and masks them
     sliding_mask = causal_mask if model.num_sliding_layers else 0.0
-    return causal_mask + sliding_mask + rope_tables
+    return causal_mask + sliding_mask + rope_tables + packed_mask_bytes(step, training)
+
+
+def packed_mask_bytes(step: Step, training: TrainingSpec):
+    """The document mask of packed rows (TrainingSpec.packed), where the stack materialises it (Recipe
+    packed_mask_materialised: Hugging Face's SDPA path): one bool per (sample, query, key) of the micro-batch, this
+    GPU's queries against every key, built once per forward and passed to every layer's SDPA, which keeps it for
+    backward (transformers 5.24.0 masking_utils.sdpa_mask: `mask_function(*_non_vmap_expansion_sdpa(...))` gives
+    (batch, 1, q, kv), `packed_sequence_mask[batch_idx, q_idx] == packed_sequence_mask[batch_idx, kv_idx]`).
+    Stacks that pass cu_seqlens (flash-attn varlen, Transformer Engine THD) or a flex-attention BlockMask (torchtune
+    with torch >= 2.5: int32 block tables, (s / 128)^2 per sample) hold no s x s tensor: 0 here. Eager attention
+    already counts its mask (`stage_table_bytes`).
+
+    >>> from frenzy_core.models import ZOO
+    >>> from frenzy_core.memory.step import step_context
+    >>> tr = TrainingSpec(seq_len=1024, global_batch=2, micro_batch=2, framework="hf", packed=True)
+    >>> float(packed_mask_bytes(step_context(ZOO["gpt2"], tr, 1, 1, 1, 2), tr))  # 2 x 1024 x 1024 x 1 B
+    2097152.0
+    """
+    if not (training.packed and step.recipe.packed_mask_materialised) or training.attention == "eager":
+        return 0.0
+    return step.b * training.seq_len * training.seq_len / step.c * MASK_BYTES
 
 
 # --- on a stage -------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class OverheadSpec:
     """
 
     cuda_context_bytes: int  # CUDA context + kernels: about 0.3-0.5 GB on current drivers, up to ~1.3 GB on old ones
-    nccl_buffer_bytes: int  # NCCL communicator buffers, only when dp*tp*pp > 1: hundreds of MB to GBs
+    nccl_buffer_bytes: int  # NCCL communicator buffers, only when dp*tp*pp*cp > 1: hundreds of MB to GBs
     workspace_bytes: int  # cuBLAS workspaces (32 MiB per handle on Hopper) + flash-attention backward scratch
     fragmentation_fraction: float  # caching allocator: reserved exceeds allocated by a few % (up to 2x without
     # expandable_segments); applied to the allocated peak

@@ -142,6 +142,10 @@ class StageStates:
     trained: object  # trained parameters outside the routed experts (LoRA: the adapters)
     trained_experts: object  # trained routed-expert parameters
     step_temporary: float  # bytes per updated parameter inside optimizer.step() (foreach AdamW; 0 when offloaded)
+    # FSDP1 (fsdp1_gradient_terms): the unsharded flat gradients no_sync keeps through gradient accumulation (None:
+    # the stack keeps `gradients` then too), and the two unit gradients of one FlatParameter's backward
+    accumulated_gradients: object = None
+    unit_gradient: object = 0.0
 
 
 def stage_model_states(step: Step, model: ModelSpec, training: TrainingSpec, last, stage_layers,
@@ -177,7 +181,69 @@ def stage_model_states(step: Step, model: ModelSpec, training: TrainingSpec, las
         params, expert_params = np.minimum(params + expert_params, one), 0.0
     if training.offload == "params":  # ZeRO-Infinity / FSDP2 CPUOffloadPolicy: only gathered layers are on the GPU
         weights = 0.0 * weights
-    return StageStates(weights, grads, optimizer, params, expert_params, step_temporary)
+    accumulated, unit_gradient = None, 0.0
+    if step.recipe.fsdp1_flat_parameters:
+        grads, accumulated, unit_gradient = fsdp1_gradient_terms(step, model, training, last, stage_layers,
+                                                                 parameters)
+    return StageStates(weights, grads, optimizer, params, expert_params, step_temporary, accumulated, unit_gradient)
+
+
+# --- FSDP1's FlatParameter gradients (frenzy_core/frameworks/fsdp1.py) ------------------------------------------------
+def fsdp1_trained_unit_elements(model: ModelSpec, training: TrainingSpec, t, last, stage_layers, parameters):
+    """(elements, largest unit's elements) of the FSDP1 FlatParameters on a stage that hold a trained parameter.
+
+    The units: one per transformer block (LitGPT auto_wrap_policy={Block}; accelerate's TRANSFORMER_BASED_WRAP of the
+    decoder layers) and the root, what no block holds (embedding, final norm, head). Under use_orig_params a unit with
+    any trainable parameter gets a gradient over all of it, frozen base included (FullyShardedDataParallel docstring:
+    "equivalent to not freezing those parameters"): full training, every unit; LoRA, the blocks when an adapter sits
+    in them and the root only with an adapter on the head. `parameters` is `_stage_parameters`' answer (t-split, ep
+    = 1), `stage_layers` `_stage_layers`'.
+
+    >>> from frenzy_core.models import ZOO
+    >>> m = ZOO["gpt2"]; lora = TrainingSpec(framework="litgpt", precision="bf16", lora_rank=8, lora_targets="q,v")
+    >>> n, u = fsdp1_trained_unit_elements(m, lora, 1.0, True, _stage_layers(m, 1, 0), _stage_parameters(m, 1, 1, 0))
+    >>> float(u) == m.layer_parameters() + 8 * (768 + 768) * 2  # one block and its q, v adapters (A and B each)
+    True
+    """
+    params, expert_params, _ = parameters
+    n_dense, n_moe = stage_layers
+    dense_layer, moe_layer = _layer_weights(model, t)
+    routed = model.routed_expert_parameters() if model.is_moe else 0
+    blocks = n_dense * dense_layer + n_moe * (moe_layer - routed / t) + expert_params
+    root = params + expert_params - blocks  # the embedding, positions, final norm and head on this stage
+    largest_block = np.where(n_moe > 0, np.maximum(dense_layer, moe_layer), dense_layer)
+    block_adapters, head_adapters, blocks_train, root_trains = 0.0, 0.0, True, True
+    if training.lora_rank:
+        block_adapters = lora_parameters(model, training.lora_rank, training.lora_targets, training.lora_variant) / t
+        head_adapters = np.where(last, lora_head_parameters(model, training) / t, 0.0)
+        blocks_train, root_trains = bool(block_adapters), bool(lora_head_parameters(model, training))
+    block_units = blocks + (n_dense + n_moe) * block_adapters if blocks_train else 0.0 * blocks
+    root_unit = root + head_adapters if root_trains else 0.0 * root
+    one_block = np.where(n_dense + n_moe > 0, largest_block + block_adapters, 0.0) if blocks_train else 0.0
+    return block_units + root_unit, np.maximum(one_block, root_unit)
+
+
+# the flat gradients one FlatParameter's backward holds at its end: the views' gradients and their concatenation
+FSDP1_UNIT_GRADIENT_COPIES = 2
+
+
+def fsdp1_gradient_terms(step: Step, model: ModelSpec, training: TrainingSpec, last, stage_layers, parameters):
+    """(sharded gradients, unsharded gradients under accumulation, one unit's backward) bytes on a stage under FSDP1
+    (frenzy_core/frameworks/fsdp1.py), over the FlatParameters holding a trained parameter
+    (`fsdp1_trained_unit_elements`: n elements, the largest unit u):
+
+    * sharded: _post_backward_hook's reduce-scatter leaves 1 / d of each flat gradient, cast to the parameters'
+      dtype (`_cast_grad_to_param_dtype`): n / d x grad bytes, what the optimizer step holds;
+    * accumulated: inside FullyShardedDataParallel.no_sync (LitGPT's `fabric.no_backward_sync`, accelerate's
+      `accumulate`) _post_backward_hook returns before reducing, so every unit keeps its unsharded flat gradient in
+      the compute dtype from the step's first micro-batch to the syncing one: n x compute bytes;
+    * one unit's backward: its views' gradients wait in the input buffer of the split's backward
+      (SplitWithSizesBackward, one per FlatParameter), which concatenates them into the new flat gradient:
+      FSDP1_UNIT_GRADIENT_COPIES x u x compute bytes.
+    """
+    n, u = fsdp1_trained_unit_elements(model, training, step.t, last, stage_layers, parameters)
+    ps = step.ps
+    return n / step.shard * ps.grad_bytes, n * ps.activation_bytes, FSDP1_UNIT_GRADIENT_COPIES * u * ps.activation_bytes
 
 
 def gradient_bucket_bytes(step: Step) -> float:
@@ -200,10 +266,13 @@ def optimizer_step_terms(step: Step, training: TrainingSpec, states: StageStates
     return grads, temporary
 
 
-def backward_gradients(step: Step, gradients):
+def backward_gradients(step: Step, gradients, accumulated=None):
     """Gradients alive at the start of backward, step >= 2: they exist if they persist (Megatron's fp32 main-grad
     buffer, i.e. a master copy), if an earlier micro-batch of this step already produced them, or if the recipe
-    says so (grads_alive_at_peak; FSDP2's shards are freed by zero_grad, their blocks stay reserved)."""
+    says so (grads_alive_at_peak; FSDP2's shards are freed by zero_grad, their blocks stay reserved). `accumulated`:
+    what an earlier micro-batch left where it is not `gradients` (FSDP1's unsharded flat gradients under no_sync)."""
+    if accumulated is not None:  # zero_grad(set_to_none) freed the last step's: only this step's micro-batches'
+        return np.where(step.micro_batches > 1, accumulated, 0.0)
     grads_persist = step.ps.master_bytes > 0 or step.recipe.grads_alive_at_peak
     if step.recipe.zero12_grads_freed_in_step and step.zero in (1, 2):
         grads_persist = False  # DeepSpeed ZeRO-1/2: step() freed them; only earlier micro-batches' remain
