@@ -909,3 +909,23 @@ def test_an_moe_models_castable_weights_are_all_but_its_embedding_and_norms():
     _, _, castable = M._stage_parameters(m, 1.0, 1.0, 0.0, 1.0)
     assert not m.tie_embeddings
     assert castable == m.parameter_count() - m.vocab_size * m.hidden_size - (2 * m.num_layers + 1) * m.hidden_size
+
+
+def test_check_sizes_names_the_activation_row_at_exactly_the_int64_limit():
+    """The activation row (seq_len x micro_batch x hidden_size x num_layers elements) on its own: a shape where the
+    parameter, logit and attention-score rows stay under the 2^62 / 64 = 2^56-element limit (kills the
+    mutation-seed-1 survivors `... * num_layers` -> `/ num_layers` and `max(1, top_k)` -> `max(2, top_k)` in
+    sizes.check_sizes, which saw no test reach this row)."""
+    from frenzy_core.memory import check_sizes
+
+    # h = 2^16, one head, L = 2^8, V = 1,000: parameters ~ 12 h^2 L = 12 x 2^40; at s = 2^8, b = 2^24:
+    # logits s b V ~ 2^42, scores s^2 b heads L = 2^48, activations s b h L = 2^8 x 2^24 x 2^16 x 2^8 = 2^56
+    wide = ModelSpec(name="wide", vocab_size=1000, hidden_size=1 << 16, num_layers=1 << 8, num_heads=1,
+                     ffn_size=1 << 18, mlp_kind="gelu", tie_embeddings=True, position_kind="learned",
+                     max_positions=1 << 10, norm_kind="layernorm", bias=False)
+    at_limit = TrainingSpec(seq_len=1 << 8, global_batch=1 << 24, micro_batch=1 << 24)
+    assert check_sizes(wide, at_limit) is None  # 2^56 elements: exactly the limit, not over it
+    over = TrainingSpec(seq_len=1 << 9, global_batch=1 << 24, micro_batch=1 << 24)  # 2^57 elements
+    with pytest.raises(SpecError) as err:
+        check_sizes(wide, over)
+    assert err.value.field == "hidden_size" and "1.44e+17" in str(err.value)  # 2^57 = 1.44e17
