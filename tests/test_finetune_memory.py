@@ -295,3 +295,14 @@ def test_fsdp_shards_the_frozen_base_with_the_adapters():
     for d in (1, 2, 4):
         tr = TrainingSpec(**{**BASE, "framework": "fsdp2", "zero_stage": 3, "global_batch": 4})
         assert predict_memory(TINY, tr, Parallelism(dp=d), overhead=NO_OVERHEAD).weights_bytes == one / d, d
+
+
+def test_paged_share_counts_one_head_adapter_but_one_adapter_per_layer_for_q_and_v():
+    # llama-2-7b, r = 8 on q, v and the head: per layer q and v each have A (8 x 4,096) and B (4,096 x 8), 32,768
+    # elements each, under bitsandbytes' 1e5 paging threshold: 4 x 32,768 x 32 layers = 4,194,304 unpaged; the
+    # head (once, not per layer) has A 8 x 4,096 = 32,768 (unpaged) and B 32,000 x 8 = 256,000 (paged)
+    # (kills the mutation-seed-1 survivor `1 if name == 'head' else L` -> `2 if ...` in states._trained_matrices)
+    from frenzy_core.memory import paged_state_fraction
+
+    training = TrainingSpec(lora_rank=8, lora_targets="q,v,head")
+    assert paged_state_fraction(ZOO["llama-2-7b"], training) == pytest.approx(256_000 / (4_194_304 + 32_768 + 256_000))

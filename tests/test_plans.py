@@ -909,3 +909,20 @@ def test_mixed_radix_ids_number_the_rows_in_lexicographic_order():
     ids = _mixed_radix(*((rows[:, i], r) for i, r in enumerate(radices)))
     assert ids.dtype == np.int64
     assert ids.tolist() == list(range(3 * 1 * 4 * 2))
+
+
+def test_why_top_on_a_full_tie_names_memory_headroom_only_when_the_memory_differs():
+    # gpu-hours on the twins: the first two plans tie on GPU-hours, time and GPUs (test above), and on memory too,
+    # since the two types differ only in name and price: only the tie-break by type name separates them
+    from dataclasses import replace
+
+    result = rank_plans(ZOO["gpt2"], GPT2_B8, TWINS, objective="gpu-hours")
+    first, second = result.plan(0), result.plan(1)
+    assert first.memory_bytes == second.memory_bytes
+    assert "on every objective key and on memory" in result.why_top and "memory headroom" not in result.why_top
+    # the same pair with the runner-up needing 2 GiB more per GPU: memory headroom is what decides, with both values
+    memory = result.columns["memory_bytes"].copy()
+    memory[1] += 2 * 2**30
+    roomier = replace(result, columns={**result.columns, "memory_bytes": memory})
+    expected = f"({first.memory_bytes / 2**30:.2f} vs {first.memory_bytes / 2**30 + 2:.2f} GiB per GPU)"
+    assert "wins on memory headroom " + expected in roomier.why_top
