@@ -165,3 +165,15 @@ def test_a_step_without_recomputation_has_no_recompute_phase():
     assert set(phase_components(recompute, HAND_TERMS, recomputing=False).values()) == {0.0}
     got = predict_memory(TINY, TrainingSpec(seq_len=8, **FP32_ADAMW), overhead=NO_OVERHEAD)
     assert got.peak_phase != recompute.name
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "hf", "fsdp2"])
+def test_the_fsdp1_unit_gradient_phase_is_all_zero_where_no_flat_parameter_exists(framework):
+    # `requires`: a stack that never forms an FSDP1 unit gradient never has that moment, so every component of the
+    # phase is 0 bytes, not merely small (kills the mutation-seed-1 survivor `dict.fromkeys(..., 0.0)` -> `1.0` in
+    # phase_components, which no peak could show: a 1-byte phase never wins the max)
+    unit_gradient = next(p for p in PHASES if p.name == "unit-gradient")
+    training = TrainingSpec(seq_len=8, framework=framework, precision="bf16", zero_stage=3)
+    terms = stage_terms(TINY, training, Parallelism(dp=2))
+    assert terms["fsdp1_unit_gradient"] == 0
+    assert phase_components(unit_gradient, terms, recomputing=False) == dict.fromkeys(PHASE_COMPONENTS, 0.0)
