@@ -343,3 +343,16 @@ def test_the_held_out_error_the_app_warns_with_is_the_recipes_on_the_fixture():
     (row,) = [r for r in DEEPSPEED_REAL if r["split"] == "heldout"]
     predicted, _ = predicted_as_measured(row)
     assert predicted / row["measured_bytes"] - 1 == pytest.approx(DEEPSPEED_ZERO3_HELD_OUT_ERROR, abs=5e-4)
+
+
+def test_zero3_step_holds_the_bucket_only_where_it_is_allocated_once():
+    # ZeRO-3, 100 updated elements, bf16-master (2 B gradients), no sub-groups: flatten + fp32 cast 100 x (2 + 4) =
+    # 600 B against the optimizer's fp32 gradient 100 x 4 = 400 B; DeepSpeed's persistent 1,000-B bucket adds to it,
+    # a stack whose bucket is freed after backward adds nothing (kills `else 0.0` -> `else 1.0` in zero_step_terms)
+    from dataclasses import replace
+
+    ps = DS.precision_setup("bf16-master")
+    own = replace(DS, sub_group_elements=0)
+    assert float(zero_step_terms(own, ps, 3, 200.0, 100.0, 0, bucket=1000.0)[1]) == 600.0 + 1000.0
+    freed = replace(own, zero3_persistent_bucket=False)
+    assert float(zero_step_terms(freed, ps, 3, 200.0, 100.0, 0, bucket=1000.0)[1]) == 600.0

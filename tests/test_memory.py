@@ -929,3 +929,47 @@ def test_check_sizes_names_the_activation_row_at_exactly_the_int64_limit():
     with pytest.raises(SpecError) as err:
         check_sizes(wide, over)
     assert err.value.field == "hidden_size" and "1.44e+17" in str(err.value)  # 2^57 = 1.44e17
+
+
+def _size_error_field(model: ModelSpec, seq_len: int, micro_batch: int) -> str | None:
+    """The field check_sizes names for this shape, or None when every row stays within the 2^56-element limit."""
+    from frenzy_core.memory import check_sizes
+
+    try:
+        check_sizes(model, TrainingSpec(seq_len=seq_len, global_batch=micro_batch, micro_batch=micro_batch))
+    except SpecError as err:
+        return err.field
+    return None
+
+
+def test_check_sizes_logit_row_at_exactly_the_limit_and_one_past_it():
+    # V = 2^24 (MAX_VOCAB), h = 1,024, 2 layers: at s = 2^8, b = 2^24 the logits are s b V = 2^56 elements (the
+    # limit: passes); at s = 2^9, 2^57 (named). The other rows stay far under: s b h L = 2^44 at most, scores
+    # s^2 b heads L = 2^18 x 2^24 x 8 x 2 = 2^46, parameters ~ 2 V h = 2^35 (kills `s * b` -> `s / b`)
+    vocab = ModelSpec(name="vocab", vocab_size=1 << 24, hidden_size=1024, num_layers=2, num_heads=8, ffn_size=4096,
+                      mlp_kind="gelu", tie_embeddings=False, position_kind="learned", max_positions=1024,
+                      norm_kind="layernorm", bias=False)
+    assert _size_error_field(vocab, 1 << 8, 1 << 24) is None
+    assert _size_error_field(vocab, 1 << 9, 1 << 24) == "vocab_size"
+
+
+def test_check_sizes_score_row_at_exactly_the_limit_and_one_past_it():
+    # s = 2^12, b = 2^24: s^2 b = 2^48; 32 heads (head dim 1) x 8 layers = 2^8: 2^56 scores (passes); 16 layers:
+    # 2^57 (named). Activations s b h L = 2^36 x 32 x 16 = 2^45, logits s b V = 2^36 x 1,000 (kills `s * s * b` -> `/ b`)
+    def narrow(layers: int) -> ModelSpec:
+        return ModelSpec(name="narrow", vocab_size=1000, hidden_size=32, num_layers=layers, num_heads=32, ffn_size=128,
+                         mlp_kind="gelu", tie_embeddings=True, position_kind="learned", max_positions=1 << 12,
+                         norm_kind="layernorm", bias=False)
+
+    assert _size_error_field(narrow(8), 1 << 12, 1 << 24) is None
+    assert _size_error_field(narrow(16), 1 << 12, 1 << 24) == "seq_len"
+
+
+def test_check_sizes_counts_every_routed_expert_activation_of_a_top_2_model():
+    # the 'wide' shape of the test above is exactly at the limit dense (s b h L = 2^56); with two experts per token
+    # the MoE layers' activations are 2 x that: over (kills `max(1, top_k)` -> `min(1, top_k)`)
+    wide_moe = ModelSpec(name="wide-moe", vocab_size=1000, hidden_size=1 << 16, num_layers=1 << 8, num_heads=1,
+                         ffn_size=1 << 10, num_experts=2, moe_top_k=2, mlp_kind="gelu", tie_embeddings=True,
+                         position_kind="learned", max_positions=1 << 10, norm_kind="layernorm", bias=False)
+    assert _size_error_field(wide_moe.model_copy(update={"num_experts": 0, "moe_top_k": 0}), 1 << 8, 1 << 24) is None
+    assert _size_error_field(wide_moe, 1 << 8, 1 << 24) == "hidden_size"
