@@ -815,3 +815,20 @@ def test_progress_of_a_single_job_is_one_when_it_ends():
     seen: list[float] = []
     simulate([TraceJob("only", 0.0, 1, 5.0)], parse_cluster_yaml(ONE_NODE), "fcfs", progress=seen.append)
     assert seen == [1.0, 1.0]
+
+
+def test_a_job_arriving_just_after_a_quiet_round_waits_for_the_next_round_never_an_earlier_one(monkeypatch):
+    """Round-based FCFS with 0.1 s rounds on one 8 x A100 node: a (0.75 s, 2 GPUs, 100 s) starts at the round at
+    0.8 s, and the round at 0.9 s finds nothing to do. b (2 GPUs, 100 s) arrives one ulp after that round: 9 x 0.1
+    rounds down to the double 0.9 in binary, and 0.9000000000000001 / 0.1 rounds back to 9, so ceil() alone would
+    schedule round 9 again, in the past. The next round is one round after the last, at 1.0 s: b waits 1.0 s minus
+    its arrival (kills the simulate.py `loop()` mutant `self.round_k + 1` -> `self.round_k - 1` of seed 1, run 3)."""
+    import math
+
+    monkeypatch.setitem(REGISTRY, "rounds", _fcfs_with("rounds", round_s=0.1))
+    arrival_b = math.nextafter(0.9, math.inf)
+    assert math.ceil(arrival_b / 0.1) == 9  # the floating-point corner this test is about
+    r = simulate([TraceJob("a", 0.75, 2, 100.0), TraceJob("b", arrival_b, 2, 100.0)], parse_cluster_yaml(ONE_NODE),
+                 "rounds")
+    assert r.jobs["jct_s"][0] == pytest.approx(0.05 + 100.0)  # a waits from 0.75 s to the round at 0.8 s
+    assert r.jobs["jct_s"][1] == pytest.approx(1.0 + 100.0 - arrival_b)  # b starts at the round at 1.0 s
