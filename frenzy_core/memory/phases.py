@@ -129,15 +129,13 @@ def phase_components(phase: Phase, terms: dict, recomputing: bool) -> dict[str, 
     for every component of a phase this step does not have)."""
     if phase.only_when_recomputing and not recomputing:
         return dict.fromkeys(PHASE_COMPONENTS, 0.0)  # no layer is recomputed: never the peak
-    if phase.requires and not np.any(terms[phase.requires]):
-        return dict.fromkeys(PHASE_COMPONENTS, 0.0)  # the moment this phase describes never happens
     parts = {}
     for component in PHASE_COMPONENTS:
         names = getattr(phase, component)
         total = terms[names[0]] if names else 0.0
         for name in names[1:]:
             total = total + terms[name]
-        if phase.requires:
+        if phase.requires:  # where the required term is 0 the moment never happens: the phase is all zero
             total = np.where(np.asarray(terms[phase.requires]) > 0, total, 0.0)
         parts[component] = total
     return parts
