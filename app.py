@@ -28,6 +28,8 @@ if st.session_state.get("share_link_error"):
 
 try:
     page.run()
+except common.PageEnded:
+    pass  # the page ended early after showing its error; the sidebar and the link below still follow
 except Exception as err:  # noqa: BLE001 - the last line of defence: no traceback ever reaches the user
     st.error(common.md_escape(f"Something went wrong on this page: {type(err).__name__}: {err}. Your inputs are "
                               "kept; change a value or reload the page."), icon=":material/error:")
@@ -37,4 +39,8 @@ common.fill_sidebar(sidebar)
 with st.sidebar.container(key="plotly_prefetch"):
     st.html("<style>.st-key-plotly_prefetch{display:none}</style>")
     st.plotly_chart(go.Figure(), key="plotly_prefetch_chart")
+    # the run's number in this session, drawn last: a browser (or a test) knows this run has drawn everything once
+    # it shows, where the `notRunning` state alone cannot say whether the rerun an input asked for has begun
+    st.session_state.frenzy_runs = st.session_state.get("frenzy_runs", 0) + 1
+    st.html(f'<span data-frenzy-run="{st.session_state.frenzy_runs}"></span>')
 common.sync_share_link()

@@ -239,6 +239,15 @@ def md_escape(text) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
 
 
+class PageEnded(Exception):
+    """Raised by `end_page`: the page has drawn all it can (an error said why) and its run ends here, while app.py
+    still fills the sidebar and writes the share link. `st.stop()` would end the whole run, router included."""
+
+
+def end_page() -> None:
+    raise PageEnded
+
+
 def show_error(err: Exception, what: str = "") -> None:
     """One st.error line for bad input: the SpecError already names the field and the fix (shown escaped)."""
     prefix = f"{what}: " if what else ""

@@ -383,7 +383,7 @@ with right:
         result = memory_breakdowns(m.model_dump_json(), t.model_dump_json(), dataclasses.astuple(p))
     except SpecError as err:
         common.show_error(err, "memory")
-        st.stop()
+        common.end_page()
     detailed, paper = result["detailed"], result["paper"]
     # two metrics with three significant digits (exact figures in the help): wider rows clip values below 1,400 px
     a, b = st.columns(2)

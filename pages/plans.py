@@ -106,7 +106,7 @@ try:
             float(budget) or None)
 except SpecError as err:
     common.show_error(err)
-    st.stop()
+    common.end_page()
 
 grid = result.grid
 best = result.plan(0) if len(result) else None

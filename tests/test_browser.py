@@ -9,6 +9,7 @@ to artifacts/screenshots/ (git-ignored). Skips with the reason when /usr/bin/chr
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -18,7 +19,9 @@ SHOTS = REPO / "artifacts" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
-RERUN_START_MS = 1_000  # an action's rerun starts within this (a frame or two; a loaded machine takes longer)
+# app.py draws `<span data-frenzy-run="N">` last in the N-th run of a session
+RUNS_JS = "() => Math.max(0, ...[...document.querySelectorAll('[data-frenzy-run]')].map(e => +e.dataset.frenzyRun))"
+QUIET_MS = 150  # the DOM unchanged this long after a run has stopped: the browser has drawn it
 EXCEPTION = '[data-testid="stException"]'
 CRASH = "Something went wrong"  # app.py turns any page exception into an st.error starting with this
 CRASH_ALERT = f'[data-testid="stAlert"]:has-text("{CRASH}")'
@@ -34,14 +37,42 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="real-browser tests
                                                             "(pip install playwright; no `playwright install` needed)")
 
 
-def wait_idle(page, timeout_ms: int = 30_000) -> None:
-    """Until the script has run and stopped: the rerun an action triggers has started (or none comes within
-    RERUN_START_MS) and the state settles on `notRunning`. Conditions only, no fixed wait."""
-    try:
-        page.wait_for_selector(RUNNING, timeout=RERUN_START_MS)
-    except sync_api.TimeoutError:
-        pass  # the rerun was over before we looked, or the action triggered none
-    page.wait_for_selector(IDLE, timeout=timeout_ms)
+def runs(page) -> int:
+    """The number of the last run this page has drawn (app.py draws it last in every run; 0 before the first)."""
+    return page.evaluate(RUNS_JS)
+
+
+def settle(page, quiet_ms: int = QUIET_MS, limit_ms: int = 5_000) -> None:
+    """Until the DOM has not changed for `quiet_ms` (at most `limit_ms`): the browser draws a run's last elements
+    a moment after the server says it stopped (a number box shows 0, then its value)."""
+    page.evaluate("""([quiet, limit]) => new Promise(done => {
+        let timer;
+        const observer = new MutationObserver(() => { clearTimeout(timer); timer = setTimeout(end, quiet); });
+        const cap = setTimeout(end, limit);
+        function end() { observer.disconnect(); clearTimeout(timer); clearTimeout(cap); done(); }
+        observer.observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});
+        timer = setTimeout(end, quiet);
+    })""", [quiet_ms, limit_ms])
+
+
+def wait_idle(page, after: int, timeout_ms: int = 30_000, title: str | None = None) -> None:
+    """Until a run numbered above `after` has drawn everything (its number shows, the state is `notRunning`, the
+    DOM has settled) and, if given, the page's title is `title`. Conditions only: no fixed wait."""
+    page.wait_for_function("""([after, title]) => {
+        const app = document.querySelector('[data-testid="stApp"]');
+        const h1 = [...document.querySelectorAll('h1')].map(h => h.innerText);
+        return (""" + RUNS_JS + """)() > after && app && app.getAttribute('data-test-script-state') === 'notRunning'
+               && (title === null || h1.some(t => t.includes(title)));
+    }""", arg=[after, title], timeout=timeout_ms)
+    settle(page)
+
+
+@contextlib.contextmanager
+def rerun(page, timeout_ms: int = 30_000):
+    """`with rerun(page): <an input>`: on leaving, the rerun that input asked for has drawn everything."""
+    before = runs(page)
+    yield
+    wait_idle(page, before, timeout_ms)
 
 
 def no_exception(page, where: str) -> None:
@@ -53,18 +84,23 @@ def no_exception(page, where: str) -> None:
     assert count == 0, f"{where}: the page crashed ({count} alert(s)): {crashes.first.inner_text()[:500]}"
 
 
+def wait_drawn(page, title: str, timeout_ms: int = 30_000) -> None:
+    """After a page load or a reload (a new session: its runs count from 1), until a run has drawn the page titled
+    `title` and everything else."""
+    wait_idle(page, 0, timeout_ms, title=title)
+
+
 def open_page(page, url: str, title: str) -> None:
     page.goto(url)
-    page.wait_for_selector(f'h1:has-text("{title}")', timeout=30_000)
-    wait_idle(page)
+    wait_drawn(page, title)
     no_exception(page, title)
 
 
 def set_number(page, key: str, value: int) -> None:
     box = page.locator(f".st-key-{key} input")
     box.fill(str(value))
-    box.press("Enter")
-    wait_idle(page)
+    with rerun(page):
+        box.press("Enter")
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +175,9 @@ def test_overview_links_to_the_model_page(browser_page):
     open_page(page, url, "Frenzy Planner")
     assert page.locator('[data-testid="stSidebar"]').inner_text().count("modern-mixed") >= 1
     shot(page, "overview")
+    before = runs(page)
     page.locator('[data-testid="stPageLink"] a:has-text("Model & memory")').first.click()
-    page.wait_for_selector('h1:has-text("Model & memory")', timeout=30_000)
-    wait_idle(page)
+    wait_idle(page, before, title="Model & memory")
     no_exception(page, "overview -> model")
 
 
@@ -167,8 +203,8 @@ def test_plans_page_switches_objective(browser_page):
     charts_drawn(page, 1)  # the headroom heatmaps
     alert = page.locator('[data-testid="stAlert"]').first
     before = alert.inner_text()
-    page.locator('.st-key-plans_objective button:has-text("cost")').click()
-    wait_idle(page)
+    with rerun(page):
+        page.locator('.st-key-plans_objective button:has-text("cost")').click()
     deadline = time.monotonic() + 30
     while alert.inner_text() == before and time.monotonic() < deadline:  # the why-top sentence follows the objective
         page.wait_for_timeout(100)
@@ -181,8 +217,8 @@ def test_cluster_page_places_a_job(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/cluster_packing", "Cluster & packing")
     for _ in range(3):
-        page.locator(".st-key-pack_submit button").click()
-        wait_idle(page)
+        with rerun(page):
+            page.locator(".st-key-pack_submit button").click()
     page.wait_for_selector('[data-testid="stAlert"]:has-text("placed")', timeout=30_000)
     scroll_to(page, 'h3:has-text("Packing with HAS")')
     no_exception(page, "cluster page after submit")
@@ -197,9 +233,9 @@ def test_simulation_page_runs_a_small_simulation(browser_page):
     open_page(page, f"{url}/simulation", "Simulation")
     set_number(page, "sim_limit", 60)
     set_number(page, "sim_seeds", 2)
-    page.locator(".st-key-sim_run button").click()
+    with rerun(page, 60_000):
+        page.locator(".st-key-sim_run button").click()
     page.wait_for_selector('h3:has-text("Results")', timeout=60_000)
-    wait_idle(page, 60_000)
     no_exception(page, "simulation after run")
     charts_drawn(page, 4)  # CDF, JCT bars, utilisation, GPU-hours (queue and OOM only when something waited/failed)
     assert " h" in hover_text(page, "sim_jct_bars")
@@ -215,9 +251,9 @@ def test_gpu_mix_page_plots_the_frontier(browser_page):
     open_page(page, f"{url}/gpu_mix", "GPU mix what-if")
     set_number(page, "wi_limit", 60)
     set_number(page, "wi_seeds", 1)
-    page.locator(".st-key-wi_run button").click()
+    with rerun(page, 60_000):
+        page.locator(".st-key-wi_run button").click()
     page.wait_for_selector('h3:has-text("Average JCT against cost")', timeout=60_000)
-    wait_idle(page, 60_000)
     no_exception(page, "gpu mix after run")
     charts_drawn(page, 1)  # the frontier
     label = hover_text(page, "wi_frontier", POINT)
@@ -235,9 +271,9 @@ def _code(name: str) -> str:
 
 def nav(page, title: str, link: str | None = None) -> None:
     """Click the page's sidebar link and wait until it has rendered."""
+    before = runs(page)
     page.locator(f'[data-testid="stSidebarNav"] a:has-text("{link or title}")').first.click()
-    page.wait_for_selector(f'h1:has-text("{title}")', timeout=30_000)
-    wait_idle(page)
+    wait_idle(page, before, title=title)
     no_exception(page, title)
 
 
@@ -284,13 +320,13 @@ def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
     scroll_to(page, 'h3:has-text("Memory headroom")')
     charts_drawn(page, 1)
     shot(page, "plans_heatmap")
-    page.locator('.st-key-plans_export_format button:has-text("SLURM")').click()
-    wait_idle(page)
+    with rerun(page):
+        page.locator('.st-key-plans_export_format button:has-text("SLURM")').click()
     wait_text(page, '[data-testid="stCode"]', "#SBATCH --gpus-per-node")
     scroll_to(page, 'h3:has-text("Launch")')
     shot(page, "plans_launch")
-    page.locator('.st-key-plans_objective button:has-text("cost")').click()
-    wait_idle(page)
+    with rerun(page):
+        page.locator('.st-key-plans_objective button:has-text("cost")').click()
     wait_text(page, '[data-testid="stAlert"]', "lowest cost")
     nav(page, "Simulation")
     nav(page, "Plans")
@@ -298,8 +334,7 @@ def test_ml_engineer_path_share_link_plans_launch_and_reload(browser_page):
     assert value_of(page, "plans_max_gpus") == "32"
     url_holds(page, lambda sc: sc.plans.objective == "cost" and sc.plans.max_gpus == 32)
     page.reload()
-    page.wait_for_selector('h1:has-text("Plans")', timeout=30_000)
-    wait_idle(page)
+    wait_drawn(page, "Plans")
     no_exception(page, "plans after reload")
     wait_text(page, '[data-testid="stAlert"]', "lowest cost")  # ... and the reload, through the share link
     assert value_of(page, "plans_max_gpus") == "32"
@@ -314,10 +349,10 @@ def test_procurement_path_sample_scenario_budget_across_pages(browser_page):
     box.click()
     box.fill("procurement")
     page.get_by_role("option").first.wait_for(timeout=10_000)
-    box.press("Enter")
-    wait_idle(page)
-    page.locator(".st-key-scn_load button").click()
-    wait_idle(page)
+    with rerun(page):
+        box.press("Enter")
+    with rerun(page):
+        page.locator(".st-key-scn_load button").click()
     wait_text(page, '[data-testid="stAlert"]', "Loaded")
     shot(page, "overview_scenario")
     nav(page, "Plans")
@@ -331,8 +366,7 @@ def test_procurement_path_sample_scenario_budget_across_pages(browser_page):
     assert float(value_of(page, "wi_budget")) == 150  # the budget survived the page change
     url_holds(page, lambda sc: sc.whatif.budget_usd_per_hour == 150)
     page.reload()
-    page.wait_for_selector('h1:has-text("GPU mix what-if")', timeout=30_000)
-    wait_idle(page)
+    wait_drawn(page, "GPU mix what-if")
     assert float(value_of(page, "wi_budget")) == 150  # ... and the reload
 
 
@@ -340,8 +374,8 @@ def test_teacher_path_memory_terms_and_a_cached_simulation(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/?s={_code('teacher')}", "Frenzy Planner")
     nav(page, "Model & memory")
-    page.locator('.st-key-mem_log_scale label').first.click()
-    wait_idle(page)
+    with rerun(page):
+        page.locator('.st-key-mem_log_scale label').first.click()
     no_exception(page, "model page log scale")
     # GPT-2 small: 124,439,808 parameters (the count Hugging Face reports for "gpt2")
     assert "124,439,808" in page.locator('[data-testid="stCaptionContainer"]:has-text("parameters (")').first.inner_text()
@@ -349,16 +383,16 @@ def test_teacher_path_memory_terms_and_a_cached_simulation(browser_page):
     nav(page, "Simulation")
     assert value_of(page, "sim_limit") == "60" and value_of(page, "sim_seeds") == "2"
     for attempt in range(2):
-        page.locator(".st-key-sim_run button").click()
+        with rerun(page, 90_000):
+            page.locator(".st-key-sim_run button").click()
         page.wait_for_selector('h3:has-text("Results")', timeout=90_000)
-        wait_idle(page, 90_000)
         no_exception(page, f"simulation run {attempt + 1}")
     wait_text(page, '[data-testid="stCaptionContainer"]', "from the cache")
     scroll_to(page, 'h3:has-text("Results")')
     shot(page, "simulation")
+    url_holds(page, lambda sc: sc.simulation.limit_jobs == 60)  # the link is written during the run: wait for it
     page.reload()
-    page.wait_for_selector('h1:has-text("Simulation")', timeout=30_000)
-    wait_idle(page)
+    wait_drawn(page, "Simulation")
     assert value_of(page, "sim_limit") == "60"
 
 
@@ -369,11 +403,11 @@ def test_a_1000_node_cluster_draws_node_groups(browser_page):
     page.locator(".st-key-cl_yaml_text textarea").fill(
         "name: big-lab\nnodes:\n  - {name: h100, gpu_type: H100-80GB, num_gpus: 8, count: 600}\n"
         "  - {name: a100, gpu_type: A100-80GB, num_gpus: 8, count: 400}\n")
-    page.locator(".st-key-cl_yaml_apply button").click()
-    wait_idle(page)
+    with rerun(page):
+        page.locator(".st-key-cl_yaml_apply button").click()
     for _ in range(3):
-        page.locator(".st-key-pack_submit button").click()
-        wait_idle(page)
+        with rerun(page):
+            page.locator(".st-key-pack_submit button").click()
     wait_text(page, '[data-testid="stCaptionContainer"]', "groups of identical nodes")
     no_exception(page, "1000-node cluster")
     charts_drawn(page, 2)  # the node groups and GPUs per type
@@ -419,9 +453,9 @@ def test_deciding_columns_fit_1280_px_and_the_sidebar_follows_the_scenario(brows
         nav(page, "GPU mix what-if")
         set_number(page, "wi_limit", 40)
         set_number(page, "wi_seeds", 1)
-        page.locator(".st-key-wi_run button").click()
+        with rerun(page, 90_000):
+            page.locator(".st-key-wi_run button").click()
         page.wait_for_selector('h3:has-text("Average JCT against cost")', timeout=90_000)
-        wait_idle(page, 90_000)
         no_exception(page, "gpu mix at 1,280 px")
         columns_in_view(page, "wi_results_box", ["avg JCT h", "cost $/h", "added $/h", "within budget"])
         for key in ("wi_budget", "wi_limit", "wi_seeds", "wi_workers"):  # one-line labels: inputs side by side align
@@ -432,8 +466,8 @@ def test_deciding_columns_fit_1280_px_and_the_sidebar_follows_the_scenario(brows
         box.click()
         box.fill("mistral-7b")
         page.get_by_role("option").first.wait_for(timeout=10_000)
-        box.press("Enter")
-        wait_idle(page)
+        with rerun(page):
+            box.press("Enter")
         wait_text(page, '[data-testid="stSidebar"]', f"Scenario: unsaved changes (from {name})")
     finally:
         page.set_viewport_size(VIEWPORT)

@@ -21,7 +21,7 @@ if not CHROMIUM.exists():
 sync_api = pytest.importorskip("playwright.sync_api", reason="real-browser tests need the playwright package")
 
 from test_browser import browser_page as browser_page  # noqa: E402, F401 - the shared module-scoped server fixture
-from test_browser import no_exception, open_page, wait_idle  # noqa: E402
+from test_browser import no_exception, open_page, rerun, wait_drawn  # noqa: E402
 
 ALIAS_BOMB = ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
               "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
@@ -41,9 +41,9 @@ def healthy(url: str) -> bool:
 
 
 def upload(page, key: str, name: str, text: str) -> None:
-    page.locator(f".st-key-{key} input[type=file]").set_input_files(
-        files=[{"name": name, "mimeType": "text/plain", "buffer": text.encode()}])
-    wait_idle(page, 30_000)
+    with rerun(page):
+        page.locator(f".st-key-{key} input[type=file]").set_input_files(
+            files=[{"name": name, "mimeType": "text/plain", "buffer": text.encode()}])
 
 
 def wait_alert(page, expected: str, timeout_s: float = 30.0) -> list[str]:
@@ -74,8 +74,7 @@ def test_a_deeply_nested_config_json_is_refused(browser_page):
     open_page(page, f"{url}/model_memory", "Model & memory")
     tab = page.locator('button[role="tab"]:has-text("config.json")')
     if tab.count():
-        tab.first.click()
-        wait_idle(page)
+        tab.first.click()  # st.tabs switch in the browser: no rerun to wait for
     upload(page, "hf_upload", "deep.json", "[" * 100_000 + "]" * 100_000)
     alerts = wait_alert(page, "nested")
     assert any("nested" in a for a in alerts), alerts
@@ -93,8 +92,7 @@ def open_together(pages, url: str, title: str) -> None:
     for p in pages:
         p.goto(url, wait_until="commit")
     for p in pages:
-        p.wait_for_selector(f'h1:has-text("{title}")', timeout=60_000)
-        p.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', timeout=60_000)
+        wait_drawn(p, title, 60_000)
         no_exception(p, title)
 
 
@@ -105,8 +103,7 @@ def open_scenario_upload(page, url: str) -> None:
     open_page(page, f"{url}/", "Frenzy Planner")
     tab = page.locator('button[role="tab"]:has-text("Upload")')
     if tab.count():
-        tab.first.click()
-        wait_idle(page)
+        tab.first.click()  # st.tabs switch in the browser: no rerun to wait for
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_SCENARIOS))

@@ -510,6 +510,7 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
     if not CHROMIUM.exists():
         pytest.skip(f"needs Debian's Chromium at {CHROMIUM}")
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
+    from test_browser import rerun, wait_drawn
 
     def workers_of(port: int) -> list[str]:
         ps = subprocess.run(["ps", "-ww", "-eo", "pid,pgid,args"], capture_output=True, text=True).stdout.splitlines()
@@ -524,17 +525,12 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto(f"{url}/gpu_mix")
-            page.wait_for_selector('h1:has-text("GPU mix what-if")', timeout=30_000)
-            page.wait_for_selector(idle, timeout=30_000)
+            wait_drawn(page, "GPU mix what-if")
             for key, value in (("wi_limit", 2000), ("wi_seeds", MAX_SCENARIO_SEEDS), ("wi_workers", 2)):
                 box = page.locator(f".st-key-{key} input")
                 box.fill(str(value))
-                box.press("Enter")
-                try:  # the rerun starts (a condition, not a fixed wait), then settles
-                    page.wait_for_selector(idle.replace("notRunning", "running"), timeout=1_000)
-                except sync_api.TimeoutError:
-                    pass
-                page.wait_for_selector(idle, timeout=30_000)
+                with rerun(page):  # the rerun that input asks for has drawn everything (a condition)
+                    box.press("Enter")
             page.locator(".st-key-wi_run button").click()
             deadline = time.monotonic() + 60
             while not workers_of(port) and time.monotonic() < deadline:  # the pool is up
