@@ -983,3 +983,25 @@ def test_eta_text_extrapolates_the_time_so_far_on_both_pages():
     assert common.eta_text(5.0, 0.01) == "estimating time left…"
     for page in ("pages/gpu_mix.py", "pages/simulation.py"):
         assert "common.eta_text(" in (Path(__file__).resolve().parents[1] / page).read_text()
+
+
+def test_a_page_that_ends_on_its_error_still_gets_the_sidebar_and_the_link(monkeypatch):
+    """Plans ends its run at a SpecError from the ranking (common.end_page); the router (app.py) must still fill the
+    sidebar, draw the run's number and write the share link, as `st.stop()` did not. AppTest's switch_page runs a
+    page file on its own, so the plans page is made the router's default page here, and the ranking made to fail."""
+    from frenzy_core.errors import SpecError
+    from pages import common
+
+    def failing(*args, **kwargs):
+        raise SpecError("tokens", "must be > 0, got -1")
+
+    monkeypatch.delenv("FRENZY_CLUSTER", raising=False)
+    monkeypatch.setitem(common.PAGES, "overview", common.PAGES["plans"])
+    monkeypatch.delitem(common.PAGES, "plans")
+    monkeypatch.setattr(common, "ranked_plans", failing)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert at.title[0].value == "Plans" and any("tokens" in e for e in errors(at)), errors(at)
+    assert not at.exception
+    assert "llama-2-7b" in " ".join(c.value for c in at.sidebar.caption)
+    assert at.session_state["frenzy_runs"] == 1 and "s" in at.query_params
+

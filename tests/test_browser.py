@@ -96,7 +96,7 @@ def open_page(page, url: str, title: str) -> None:
     no_exception(page, title)
 
 
-def set_number(page, key: str, value: int) -> None:
+def set_number(page, key: str, value: float) -> None:
     box = page.locator(f".st-key-{key} input")
     box.fill(str(value))
     with rerun(page):
