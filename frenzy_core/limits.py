@@ -211,7 +211,8 @@ class _SafeLoader(yaml.SafeLoader):
     - aliases (`*name`) and merge keys (`<<`): how a 400-byte file expands into gigabytes;
     - duplicate keys: YAML says they are an error, PyYAML silently keeps the last;
     - nesting past MAX_YAML_DEPTH: PyYAML composes recursively (a RecursionError) and its scanner's simple-key table
-      grows with the depth (quadratic time), so the depth is checked on each node as it is composed;
+      grows with the depth (quadratic time), so the depth is checked on each token the scanner fetches (flow levels
+      and block indents) and on each node as it is composed;
     - more than MAX_YAML_EVENTS parser events.
     """
 
@@ -222,6 +223,13 @@ class _SafeLoader(yaml.SafeLoader):
     def fail(self, mark, message: str):
         line = f"line {mark.line + 1}: " if mark is not None else ""
         raise SpecError(self.field, f"{line}{message}", self.source)
+
+    def fetch_more_tokens(self):
+        # the scanner looks up to 1,024 characters ahead for a simple key and rescans its table of open levels on
+        # each token: checked here, a deep `[[[[...` or `- - - ...` stops after MAX_YAML_DEPTH levels, not ~1,000
+        if self.flow_level > MAX_YAML_DEPTH or len(self.indents) > MAX_YAML_DEPTH:
+            self.fail(self.get_mark(), f"nested more than {MAX_YAML_DEPTH} levels deep; a real file is a few levels deep")
+        return super().fetch_more_tokens()
 
     def get_event(self):
         self.events += 1
