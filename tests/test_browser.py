@@ -414,11 +414,14 @@ def test_a_1000_node_cluster_draws_node_groups(browser_page):
     page, url = browser_page
     open_page(page, f"{url}/cluster_packing", "Cluster & packing")
     page.locator('[data-testid="stExpander"] summary:has-text("Paste cluster YAML")').click()
-    page.locator(".st-key-cl_yaml_text textarea").fill(
-        "name: big-lab\nnodes:\n  - {name: h100, gpu_type: H100-80GB, num_gpus: 8, count: 600}\n"
-        "  - {name: a100, gpu_type: A100-80GB, num_gpus: 8, count: 400}\n")
+    box = page.locator(".st-key-cl_yaml_text textarea")
+    box.fill("name: big-lab\nnodes:\n  - {name: h100, gpu_type: H100-80GB, num_gpus: 8, count: 600}\n"
+             "  - {name: a100, gpu_type: A100-80GB, num_gpus: 8, count: 400}\n")
+    with rerun(page):  # the text is the app's before Apply is pressed (a click at once once lost the paste)
+        box.press("Control+Enter")
     with rerun(page):
         page.locator(".st-key-cl_yaml_apply button").click()
+    wait_text(page, '[data-testid="stSidebar"]', "big-lab")
     for _ in range(3):
         with rerun(page):
             page.locator(".st-key-pack_submit button").click()
