@@ -419,10 +419,9 @@ def _check_options(opts: SimOptions) -> None:
         raise SpecError("oom_startup_s", f"must be a finite number of seconds >= 0, got {opts.oom_startup_s}")
     if not (math.isfinite(opts.safety_margin) and 0 <= opts.safety_margin < 1):
         raise SpecError("safety_margin", f"must be in [0, 1) (0.10 keeps 10% of each GPU free), got {opts.safety_margin}")
-    for name in ("backfill_window", "max_oom_retries"):
+    for name, least in (("backfill_window", 1), ("max_oom_retries", 0)):
         v = getattr(opts, name)
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < (1 if name == "backfill_window" else 0):
-            least = 1 if name == "backfill_window" else 0
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < least:
             raise SpecError(name, f"must be a whole number >= {least}, got {v!r}")
     if opts.oom_truth is not None:
         from frenzy_core.memory import METHODS

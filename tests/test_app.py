@@ -1004,4 +1004,3 @@ def test_a_page_that_ends_on_its_error_still_gets_the_sidebar_and_the_link(monke
     assert not at.exception
     assert "llama-2-7b" in " ".join(c.value for c in at.sidebar.caption)
     assert at.session_state["frenzy_runs"] == 1 and "s" in at.query_params
-

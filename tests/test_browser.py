@@ -18,7 +18,6 @@ from browser_support import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
 SHOTS = REPO / "artifacts" / "screenshots"
 VIEWPORT = {"width": 1400, "height": 900}
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
-RUNNING = '[data-testid="stApp"][data-test-script-state="running"]'
 # app.py draws `<span data-frenzy-run="N">` last in the N-th run of a session
 RUNS_JS = "() => Math.max(0, ...[...document.querySelectorAll('[data-frenzy-run]')].map(e => +e.dataset.frenzyRun))"
 QUIET_MS = 150  # the DOM unchanged this long after a run has stopped: the browser has drawn it
@@ -58,12 +57,10 @@ def settle(page, quiet_ms: int = QUIET_MS, limit_ms: int = 5_000) -> None:
 def wait_idle(page, after: int, timeout_ms: int = 30_000, title: str | None = None) -> None:
     """Until a run numbered above `after` has drawn everything (its number shows, the state is `notRunning`, the
     DOM has settled) and, if given, the page's title is `title`. Conditions only: no fixed wait."""
-    page.wait_for_function("""([after, title]) => {
-        const app = document.querySelector('[data-testid="stApp"]');
-        const h1 = [...document.querySelectorAll('h1')].map(h => h.innerText);
-        return (""" + RUNS_JS + """)() > after && app && app.getAttribute('data-test-script-state') === 'notRunning'
-               && (title === null || h1.some(t => t.includes(title)));
-    }""", arg=[after, title], timeout=timeout_ms)
+    page.wait_for_function("""([after, idle, title]) => (""" + RUNS_JS + """)() > after
+        && document.querySelector(idle) !== null
+        && (title === null || [...document.querySelectorAll('h1')].some(h => h.innerText.includes(title)))
+    """, arg=[after, IDLE, title], timeout=timeout_ms)
     settle(page)
 
 

@@ -461,7 +461,6 @@ def test_oom_truth_from_another_memory_method_and_bad_values_are_refused(golden_
     assert err.value.field == "oom_truth.method"
 
 
-
 @pytest.mark.parametrize("knob, value", [
     ("oom_startup_s", -1.0), ("oom_startup_s", float("nan")), ("oom_startup_s", float("inf")),
     ("safety_margin", 1.0), ("safety_margin", -0.1), ("safety_margin", float("nan")),
@@ -479,6 +478,7 @@ def test_a_simulator_knob_out_of_range_is_refused_naming_it(golden_cluster, knob
 def test_the_edges_of_the_simulator_knobs_are_accepted(golden_cluster):
     edges = replace(OPTS, oom_startup_s=0.0, safety_margin=0.0, backfill_window=1, max_oom_retries=0)
     assert simulate([TraceJob("x", 0.0, 1, 10.0)], golden_cluster, "fcfs", options=edges).completed == 1
+
 
 # --- tests that kill the surviving mutants of simulate.py (bench/mutation.py); expected values worked by hand --------
 ONE_NODE = "nodes:\n  - {name: a, gpu_type: A100-80GB, num_gpus: 8}\n"

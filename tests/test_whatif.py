@@ -510,7 +510,7 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
     if not CHROMIUM.exists():
         pytest.skip(f"needs Debian's Chromium at {CHROMIUM}")
     sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package")
-    from test_browser import rerun, wait_drawn
+    from test_browser import IDLE, set_number, wait_drawn
 
     def workers_of(port: int) -> list[str]:
         ps = subprocess.run(["ps", "-ww", "-eo", "pid,pgid,args"], capture_output=True, text=True).stdout.splitlines()
@@ -518,7 +518,6 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
         pgid = server[0][1]
         return [line for line in ps if line.split()[1] == pgid and "spawn_main" in line]
 
-    idle = '[data-testid="stApp"][data-test-script-state="notRunning"]'
     with streamlit_server() as url, sync_api.sync_playwright() as pw:
         port = int(url.rsplit(":", 1)[1])
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
@@ -527,10 +526,7 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
             page.goto(f"{url}/gpu_mix")
             wait_drawn(page, "GPU mix what-if")
             for key, value in (("wi_limit", 2000), ("wi_seeds", MAX_SCENARIO_SEEDS), ("wi_workers", 2)):
-                box = page.locator(f".st-key-{key} input")
-                box.fill(str(value))
-                with rerun(page):  # the rerun that input asks for has drawn everything (a condition)
-                    box.press("Enter")
+                set_number(page, key, value)
             page.locator(".st-key-wi_run button").click()
             deadline = time.monotonic() + 60
             while not workers_of(port) and time.monotonic() < deadline:  # the pool is up
@@ -538,7 +534,7 @@ def test_cancel_on_the_page_stops_the_pool_in_a_real_browser():
             assert workers_of(port), "the what-if never started its pool"
             page.locator(".st-key-wi_cancel button").first.click()
             page.wait_for_selector('[data-testid="stAlert"]:has-text("Cancelled")', timeout=30_000)
-            page.wait_for_selector(idle, timeout=30_000)
+            page.wait_for_selector(IDLE, timeout=30_000)
             assert page.locator('[data-testid="stException"]').count() == 0
             assert page.locator('[data-testid="stAlert"]:has-text("Something went wrong")').count() == 0
             deadline = time.monotonic() + 15
