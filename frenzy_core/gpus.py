@@ -18,13 +18,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from frenzy_core.errors import SpecError, from_validation_error
-from frenzy_core.limits import Name
+from frenzy_core.limits import MAX_GPU_MEMORY_GIB, Name
 
 GIB = 1 << 30
 LinkKind = Literal["nvlink", "pcie", "infinity-fabric"]
-
-
-MAX_GPU_MEMORY_GIB = 1_048_576  # 1 PiB per GPU: 5,000x the largest today; keeps byte counts far inside int64
 
 
 class GPUType(BaseModel):

@@ -42,6 +42,7 @@ MAX_REPORTED_SKIPS = 1000  # skipped trace rows listed one by one in --json (all
 MAX_NODES = 100_000  # nodes after `count:` expansion
 MAX_GPUS_PER_NODE = 1024  # an NVL72 rack is 72 GPUs in one NVLink domain; 1024 leaves room for any future domain
 MAX_TOTAL_GPUS = 1_048_576  # 2^20 GPUs: ten times the largest cluster anyone has announced
+MAX_GPU_MEMORY_GIB = 1_048_576  # 1 PiB per GPU: 5,000x the largest today; keeps byte counts far inside int64
 
 # --- models and training -----------------------------------------------------------------------------------------------
 MAX_LAYERS = 4096  # the deepest published LLMs have ~100-200 layers
