@@ -698,6 +698,30 @@ def test_true_memory_with_a_noise_band_stays_in_the_band_around_the_prediction(g
     assert all(0.5 <= x <= 1.5 for x in ratios) and min(ratios) < 0.9 and max(ratios) > 1.1
 
 
+def test_the_noise_draw_of_a_plain_split_is_seeded_by_seed_job_and_split_only(golden_cluster, monkeypatch):
+    """The documented key of OomTruth's draw: (workload seed, job, d, t, p, micro-batch), with ep, cp, vp added
+    only where one of them is not 1 (so plain splits keep the draws they always had). Each ratio is recomputed
+    here with numpy from that key (kills simulate.py `_true_memory`'s `(1, 1, 1)` -> `(2, 1, 1)`, seed 1)."""
+    from frenzy_core import simulate as sim
+    from frenzy_core.simulate import OomTruth
+
+    seen: list[tuple] = []
+    true_memory = sim._Run._true_memory
+
+    def spy(self, st, plan):
+        got = true_memory(self, st, plan)
+        seen.append((self.ctx.workload.seed, st.idx, plan, got / plan.memory_bytes))
+        return got
+
+    monkeypatch.setattr(sim._Run, "_true_memory", spy)
+    simulate(_busy_jobs(), golden_cluster, "frenzy", seed=3, options=replace(OPTS, oom_truth=OomTruth(noise=0.5)))
+    plain = [x for x in seen if (x[2].ep, x[2].cp, x[2].vp) == (1, 1, 1)]
+    assert len(plain) >= 10
+    for seed, idx, plan, ratio in plain:
+        rng = np.random.default_rng([seed, idx, plan.dp, plan.tp, plan.pp, plan.micro_batch])
+        assert ratio == pytest.approx(1.0 + rng.uniform(-0.5, 0.5), rel=1e-12)
+
+
 def test_true_memory_from_another_method_is_that_methods_memory_for_the_plans_own_split(golden_cluster, monkeypatch):
     """OomTruth(method="paper"): the truth of each start is memory.predict_memory(method="paper") for the split and
     micro-batch of the plan that was started (not the job's requested micro-batch; the default estimator's Frenzy
