@@ -279,6 +279,26 @@ def test_fp8_linears_keep_one_byte_inputs_and_a_cached_fp8_weight_with_its_trans
     assert b8.transient_bytes - b0.transient_bytes == 2 * linears
 
 
+def test_megatron_fused_swiglu_keeps_fc1s_output_and_the_product_only():
+    # Megatron's MLP with bias_activation_fusion runs SwiGLU as SwiGLUFunction (fusions/fused_bias_swiglu.py), which
+    # saves only its input, fc1's 2 x inner output; fc2 keeps the product. bf16: 2 x 2 B + 2 B = 6 B per inner unit
+    # per token. Plain PyTorch's silu(gate) * up keeps the SiLU output too: 8 B. Widening ffn by 1,024 adds exactly
+    # that much to the split term (nothing else in the layer depends on ffn).
+    def llama(ffn):
+        return ModelSpec(name=f"l{ffn}", vocab_size=1024, hidden_size=512, num_layers=2, num_heads=8, ffn_size=ffn,
+                         mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", bias=False)
+
+    def split(framework, ffn):
+        return layer_activations(llama(ffn), _spec(framework, attention="flash")).split
+
+    assert split("megatron", 2048) - split("megatron", 1024) == 6 * 1024
+    assert split("pytorch", 2048) - split("pytorch", 1024) == 8 * 1024
+    # fp8 linears: fc2 keeps its input in fp8 (1 B): 4 + 1 B per inner unit
+    fp8 = [layer_activations(llama(f), _spec("megatron", attention="flash", fp8_linears=True)).split
+           for f in (1024, 2048)]
+    assert fp8[1] - fp8[0] == 5 * 1024
+
+
 # --- the fsdp2 recipe against a fake-tensor trace of a torchtitan-style Llama (bench/titan_trace.py) ----------------
 TINY_TITAN = dict(V=2048, H=256, L=2, A=4, KV=2, FFN=512, S=256, B=2)
 

@@ -50,6 +50,9 @@ class Recipe:
     # Megatron-Core MoE (megatron/core/transformer/moe at d98e8a64; docs/memory.md "MoE (Megatron)"):
     moe_probs_in_experts: bool = False  # experts scale their activation by the routing prob; unpermute gets no probs
     moe_allgather_dispatcher: bool = False  # MoEAllGatherTokenDispatcher: global gather buffer, per-layer local maps
+    # SwiGLU as one autograd function that saves only its input, fc1's 2 x inner output (Megatron bias_swiglu_impl):
+    # no SiLU output kept beside it; the product is what the down projection keeps
+    fused_swiglu: bool = False
     # DeepSpeed ZeRO's step flattens this rank's gradient partition (a param-dtype copy) and casts it to fp32 for the
     # optimizer (stage_1_and_2.py step(); stage3.py _prepare_fp32_grad_for_sub_group)
     zero_fp32_grad_partition: bool = False

@@ -36,6 +36,11 @@ RECIPE = replace(
     moe_probs_in_experts=True,
     # transformer_config.py: moe_token_dispatcher_type = "allgather" by default
     moe_allgather_dispatcher=True,
+    # transformer/mlp.py MLP.forward with bias_activation_fusion (Megatron-LM --swiglu: bias_swiglu_fusion on unless
+    # --no-bias-swiglu-fusion; the NeMo / Megatron-Bridge Llama and Qwen providers set it): bias_swiglu_impl ->
+    # fusions/fused_bias_swiglu.py SwiGLUFunction.forward `ctx.save_for_backward(input_for_backward)`, fc1's
+    # output only; its backward recomputes SiLU (swiglu_back). Read at NVIDIA/Megatron-LM@00caa53a.
+    fused_swiglu=True,
 )
 
 

@@ -367,7 +367,7 @@ def _mlp_inner_bytes(model: ModelSpec, recipe: Recipe, act: int, inner: int, aut
     """Bytes per token an MLP of inner width `inner` saves between its first and its last linear."""
     if model.mlp_kind == "swiglu":
         fused_gate_up = act * 2 * inner  # kept by SiLU (gate half) and by the product (up half)
-        silu_output = act * inner
+        silu_output = 0 if recipe.fused_swiglu else act * inner  # a fused SwiGLU recomputes it in backward
         product = act * inner  # input of the down projection
         return fused_gate_up + silu_output + product
     if recipe.unfused_gelu_tanh and model.position_kind == "learned":
