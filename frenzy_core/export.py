@@ -217,6 +217,10 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
         args += ["--bf16"]
     if training.fp8_linears:  # Transformer Engine fp8 linears: e4m3 weights and activations, e5m2 gradients
         args += ["--fp8-format", "hybrid"]
+    if training.fp8_params:  # arguments.py: fp8 weights (TE fp8_model_init), gathered in fp8
+        args += ["--fp8-param-gather"]
+    if training.bf16_grad_reduce:  # arguments.py validate_args: accumulate_allreduce_grads_in_fp32 = False
+        args += ["--grad-reduce-in-bf16"]
     if training.recompute == "full":
         args += ["--recompute-granularity", "full", *megatron_recompute_layers(model, training, plan)]
     elif training.recompute == "selective":

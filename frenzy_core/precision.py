@@ -7,7 +7,7 @@ frenzy_core.training (whose TrainingSpec validates against that registry) can bo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,22 @@ class PrecisionSetup:
         """Persistent bytes per parameter before optimizer states: param + grad + master."""
         return self.param_bytes + self.grad_bytes + self.master_bytes
 
+
+def with_grad_reduce(ps: PrecisionSetup, bf16_grad_reduce: bool) -> PrecisionSetup:
+    """The setup with its fp32 main-grad buffer in bf16 when `bf16_grad_reduce` (TrainingSpec.bf16_grad_reduce:
+    Megatron-LM --grad-reduce-in-bf16, Megatron-Bridge `ddp.grad_reduce_in_fp32 = False`; the DDP's grad buffer
+    takes the params' dtype, megatron/core/distributed/distributed_data_parallel.py `grad_dtype = torch.float if
+    ddp_config.grad_reduce_in_fp32 else param.dtype`). Only a setup with a master copy keeps fp32 main grads.
+
+    >>> with_grad_reduce(PRECISIONS["bf16-master"], True).grad_bytes, with_grad_reduce(PRECISIONS["amp"], True).grad_bytes
+    (2, 4)
+    """
+    if not bf16_grad_reduce or not ps.master_bytes or ps.grad_bytes <= BF16_GRAD_BYTES:
+        return ps
+    return replace(ps, grad_bytes=BF16_GRAD_BYTES)
+
+
+BF16_GRAD_BYTES = 2
 
 PRECISIONS: dict[str, PrecisionSetup] = {
     "amp": PrecisionSetup("amp", 4, 4, 0, 2, 2, 4, "bf16"),

@@ -17,7 +17,7 @@ from frenzy_core.errors import SpecError, from_validation_error
 from frenzy_core.frameworks import FRAMEWORKS, switch_owner
 from frenzy_core.frameworks.deepspeed import ZERO_OPTIMIZATION_FIELDS
 from frenzy_core.limits import MAX_LORA_TARGETS_CHARS, MAX_PARALLEL, TRAINING_LIMITS, check_upper_limits, short_repr
-from frenzy_core.precision import PRECISIONS, PrecisionSetup
+from frenzy_core.precision import PRECISIONS, PrecisionSetup, with_grad_reduce
 
 __all__ = ["PRECISIONS", "PrecisionSetup"]  # re-exported from frenzy_core.precision, where they live
 
@@ -108,6 +108,12 @@ class TrainingSpec(BaseModel):
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
+    # Megatron --fp8-param-gather (TE fp8_model_init; Megatron-Bridge's fp8 recipes set it): the linears' weights are
+    # stored as fp8 (1 B) with their cached fp8 transpose, no bf16 copy; the distributed optimizer keeps fp32 masters
+    fp8_params: bool = False
+    # Megatron --grad-reduce-in-bf16 (Megatron-Bridge ddp.grad_reduce_in_fp32 False): main grads and their
+    # reduce-scatter in bf16 (2 B per parameter) instead of fp32 (precision.with_grad_reduce)
+    bf16_grad_reduce: bool = False
     # Which FSDP shards a zero_stage 3 run: 1 FullyShardedDataParallel (FSDP1, FlatParameter: LitGPT's and accelerate's),
     # 2 fully_shard (FSDP2: fsdp2, torchtune); 0 the stack's own (Framework.fsdp_default: litgpt 1, fsdp2 / torchtune
     # 2, hf its generic ZeRO-3, as its accelerate export writes DeepSpeed ZeRO). FSDP1's terms: frameworks/fsdp1.py
@@ -156,7 +162,7 @@ class TrainingSpec(BaseModel):
                              f"cross-entropy on the logits); use loss_dtype fp32")
         if self.precision == "amp" and not fw.supports_amp:
             raise ValueError(fw.amp_refusal)
-        for field in ("compile", "moe_grouped_gemm"):  # another stack's switch
+        for field in ("compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce"):  # another stack's switch
             if getattr(self, field) and field not in fw.switches:
                 raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
         for field in DEEPSPEED_FIELDS:
@@ -165,6 +171,7 @@ class TrainingSpec(BaseModel):
                 raise ValueError(f"{field} must be 0 (DeepSpeed's default) or a positive number of elements, got {value}")
             if value and field not in fw.switches:
                 raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
+        self._check_megatron_precision()
         if self.compile and self.moe_grouped_gemm:
             raise ValueError("compile (torchtitan, fsdp2) and moe_grouped_gemm (Megatron) belong to different stacks")
         if self.moe_grouped_gemm and self.precision == "amp":
@@ -173,6 +180,25 @@ class TrainingSpec(BaseModel):
             raise ValueError(fw.zero_stage_refusal.format(zero_stage=self.zero_stage))
         self._check_fsdp(fw)
         return self
+
+    def _check_megatron_precision(self) -> None:
+        """fp8_params and bf16_grad_reduce change Megatron's bf16-master bytes: each needs what it changes."""
+        if self.bf16_grad_reduce and self.precision != "bf16-master":
+            raise ValueError(f"bf16_grad_reduce puts Megatron's fp32 main grads in bf16: use precision bf16-master, "
+                             f"got {self.precision} (or bf16_grad_reduce off)")
+        if not self.fp8_params:
+            return
+        if not self.fp8_linears:
+            raise ValueError("fp8_params stores the fp8 linears' weights in fp8: turn fp8_linears on (--fp8), or "
+                             "fp8_params off")
+        if self.precision != "bf16-master":
+            raise ValueError(f"fp8_params keeps fp32 master weights in the optimizer: use precision bf16-master, "
+                             f"got {self.precision}")
+        if not (self.distributed_optimizer or self.zero_stage >= 1):
+            raise ValueError("fp8_params (--fp8-param-gather) gathers fp8 weights from the distributed optimizer: "
+                             "turn distributed_optimizer on (or zero_stage >= 1), or fp8_params off")
+        if self.lora_rank:
+            raise ValueError("fp8_params with LoRA is not modelled: use lora_rank 0 or fp8_params off")
 
     def _check_fsdp(self, fw) -> None:
         """`fsdp`: 1 or 2 (0: the stack's own), under a stack that shards with it, at zero_stage 3."""
@@ -229,7 +255,7 @@ class TrainingSpec(BaseModel):
 
     @property
     def precision_setup(self) -> PrecisionSetup:
-        return PRECISIONS[self.precision]
+        return with_grad_reduce(PRECISIONS[self.precision], self.bf16_grad_reduce)
 
     def optimizer_bytes(self, ps: PrecisionSetup | None = None) -> tuple[float, float]:
         """(state bytes, step-temporary bytes) per parameter: fp32 figures scaled to the states' element size

@@ -66,12 +66,25 @@ BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "linear biases"}
 TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
                    "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout",
                    "recompute_every", "loss_chunks", "offload", "lora_rank", "lora_targets", "base_quant", "fp8_linears",
-                   "compile", "moe_grouped_gemm", "reduce_bucket_size", "stage3_max_live_parameters",
+                   "compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "reduce_bucket_size", "stage3_max_live_parameters",
                    "stage3_max_reuse_distance")
 # Switches that belong to one stack (frameworks.SWITCH_OWNERS; TrainingSpec refuses them under another): their
 # widgets show for that framework (and for unknown, whose band covers every recipe: `Framework.switches`); hidden,
 # they count as their default, so switching the framework never leaves an error the user cannot reach (Streamlit
 # drops a hidden widget's value: switching back starts it at its default again).
+# The stacks' on/off switches (frameworks.SWITCH_OWNERS), each shown where `shown` says: (field, label, help)
+STACK_SWITCH_BOXES = (
+    ("compile", "torch.compile",
+     "torchtitan per-block torch.compile (framework fsdp2): fused norms; selective AC keeps what backward needs"),
+    ("moe_grouped_gemm", "MoE grouped GEMM",
+     "framework megatron, MoE models: TE GroupedLinear experts (--moe-grouped-gemm)"),
+    ("fp8_params", "fp8 weights",
+     "framework megatron, with fp8 linears and the distributed optimizer: the linears' weights stored in fp8 "
+     "(--fp8-param-gather)"),
+    ("bf16_grad_reduce", "bf16 main grads",
+     "framework megatron, bf16-master: gradients accumulated and reduce-scattered in bf16 (--grad-reduce-in-bf16); "
+     "fp32 by default"),
+)
 SPLIT_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism))  # dp, tp, pp, cp, vp, ep, etp
 MOE_SPLIT = ("ep", "etp")  # shown for a model with experts; hidden they are 1 and 0 (= t)
 CUSTOM = "(config.json)"
@@ -308,13 +321,8 @@ with left:
                         help="cross-entropy over k chunks of the logits (torchtune CEWithChunkedOutputLoss)")
         e1.checkbox("fp8 linears", key="tr_fp8_linears",
                     help="Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight")
-        if shown("compile", framework):
-            e2.checkbox("torch.compile", key="tr_compile",
-                        help="torchtitan per-block torch.compile (framework fsdp2): fused norms; selective AC keeps what "
-                             "backward needs")
-        if shown("moe_grouped_gemm", framework):
-            e2.checkbox("MoE grouped GEMM", key="tr_moe_grouped_gemm",
-                        help="framework megatron, MoE models: TE GroupedLinear experts (--moe-grouped-gemm)")
+        for i, (field, label, hint) in enumerate(f for f in STACK_SWITCH_BOXES if shown(f[0], framework)):
+            (e2 if i % 2 == 0 else e1).checkbox(label, key=f"tr_{field}", help=hint)
         if shown("reduce_bucket_size", framework):
             st.caption("DeepSpeed zero_optimization, in elements; 0 = DeepSpeed's default (5e8, 1e9, 1e9)")
             d1, d2, d3 = st.columns(3)

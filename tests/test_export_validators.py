@@ -402,7 +402,7 @@ MEGATRON_NAMED_FLAGS: dict[str, tuple[str, type | Callable, object]] = {
 }
 # flags validate_args / core_transformer_config_from_args derive config values from: True for a switch, else the type
 MEGATRON_DERIVING_FLAGS: dict[str, type | bool] = {
-    "--group-query-attention": True, "--swiglu": True,
+    "--group-query-attention": True, "--swiglu": True, "--fp8-param-gather": True,
     "--num-layers-per-virtual-pipeline-stage": int, "--num-virtual-stages-per-pipeline-rank": int,
 }
 # flags that never reach TransformerConfig: pretrain_gpt.py's model provider (positions, untied head), the
@@ -412,7 +412,7 @@ MEGATRON_OUTSIDE_FLAGS: dict[str, type | bool] = {
     "--train-iters": int, "--position-embedding-type": str, "--untie-embeddings-and-output-weights": True,
     "--use-distributed-optimizer": True, "--data-path": str, "--split": str, "--tokenizer-type": str,
     "--tokenizer-model": str, "--lr": str, "--min-lr": str, "--lr-decay-style": str, "--lr-warmup-iters": str,
-    "--save": str, "--load": str, "--save-interval": str,
+    "--save": str, "--load": str, "--save-interval": str, "--grad-reduce-in-bf16": True,
 }
 
 
@@ -512,7 +512,7 @@ def _megatron_config_kwargs(argv: list[str]) -> tuple[type, dict]:
     kw["add_qkv_bias"] = kw.get("add_qkv_bias", False) or bias
     # core_transformer_config_from_args
     kw.update(pipeline_dtype=kw["params_dtype"], batch_p2p_comm=not kw["overlap_p2p_comm"], persist_layer_norm=True,
-              deallocate_pipeline_outputs=True, fp8_param=False)
+              deallocate_pipeline_outputs=True, fp8_param="--fp8-param-gather" in flags)
     if "--group-query-attention" not in flags:
         kw["num_query_groups"] = None
     if "--swiglu" in flags:  # bias_swiglu_fusion defaults to on
@@ -541,6 +541,8 @@ def _megatron_exports() -> tuple[tuple[str, object, TrainingSpec, object, str], 
         add(f"t4p2 {recompute} k={every}", MODEL,
             TRAIN.model_copy(update={"recompute": recompute, "recompute_every": every}), SPREAD)
     add("t4p2 fp8 linears", MODEL, TRAIN.model_copy(update={"fp8_linears": True}), SPREAD)
+    add("t4p2 fp8 weights, bf16 grads", MODEL, TRAIN.model_copy(update={
+        "fp8_linears": True, "fp8_params": True, "bf16_grad_reduce": True, "distributed_optimizer": True}), SPREAD)
     add("heterogeneous nodes", MODEL, TRAIN96, HET, MIXED)
     deep = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True,
                         recompute="full", recompute_every=2)
@@ -589,6 +591,7 @@ def _megatron_held(config, model, training, plan) -> dict[str, tuple[object, obj
         "recompute_granularity": None if training.recompute == "none" else training.recompute,
         "sequence_parallel": plan.tp > 1 and (training.sequence_parallel or model.is_moe),  # MoE with t needs SP
         "bf16": training.precision in ("bf16-master", "amp"), "fp8": "hybrid" if training.fp8_linears else None,
+        "fp8_param": training.fp8_params,
     }
     if model.is_mla:
         want.update(q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank, qk_head_dim=model.qk_nope_head_dim,
@@ -693,6 +696,9 @@ def test_megatron_export_carries_head_width_qkv_bias_latent_attention_and_fp8():
             v3["--v-head-dim"]) == ("1536", "512", "128", "64", "128")
     assert "--q-lora-rank" not in flags["deepseek-v2-lite top plan"]  # no q compression: one q_proj
     assert flags["t4p2 fp8 linears"]["--fp8-format"] == "hybrid" and "--fp8-format" not in flags["t4p2 none k=1"]
+    both = flags["t4p2 fp8 weights, bf16 grads"]  # arguments.py: --fp8-param-gather, --grad-reduce-in-bf16
+    assert both["--fp8-param-gather"] is True and both["--grad-reduce-in-bf16"] is True
+    assert "--fp8-param-gather" not in flags["t4p2 fp8 linears"] and "--grad-reduce-in-bf16" not in flags["t4p2 fp8 linears"]
 
 
 # --- Megatron-LM: its argument parser --------------------------------------------------------------------------------

@@ -37,7 +37,10 @@ TINY = ModelSpec(name="tiny-rope", vocab_size=1024, hidden_size=128, num_layers=
                  position_kind="rotary")
 TINY_MOE = TINY.model_copy(update={"name": "tiny-rope-moe", "num_experts": 8, "moe_top_k": 2, "ffn_size": 256})
 SWITCH_ON = {"compile": True, "moe_grouped_gemm": True, "reduce_bucket_size": 1000,
-             "stage3_max_live_parameters": 1000, "stage3_max_reuse_distance": 1000}
+             "stage3_max_live_parameters": 1000, "stage3_max_reuse_distance": 1000, "fp8_params": True,
+             "bf16_grad_reduce": True}
+# what a switch needs beside it to be accepted by its owner (fp8 weights: fp8 linears and the distributed optimizer)
+SWITCH_NEEDS = {"fp8_params": {"fp8_linears": True, "distributed_optimizer": True}}
 
 
 def _spec(name: str, **kw) -> TrainingSpec:
@@ -161,11 +164,12 @@ def test_each_refusal_is_the_stacks_own_message(name):
 def test_a_stack_switch_is_accepted_by_its_owner_and_unknown_only(name, field):
     fw, owner = FRAMEWORKS[name], switch_owner(field)
     assert field in owner.switches and field in FRAMEWORKS["unknown"].switches
-    ok = _accepted(name, precision="bf16-master", **{field: SWITCH_ON[field]})
+    kw = {field: SWITCH_ON[field], **SWITCH_NEEDS.get(field, {})}
+    ok = _accepted(name, precision="bf16-master", **kw)
     assert ok == (field in fw.switches)
     if not ok:
         with pytest.raises(SpecError, match=re.escape(owner.switch_refusal.format(field=field, framework=name))):
-            make_training(framework=name, precision="bf16-master", **{field: SWITCH_ON[field]})
+            make_training(framework=name, precision="bf16-master", **kw)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -299,6 +299,42 @@ def test_megatron_fused_swiglu_keeps_fc1s_output_and_the_product_only():
     assert fp8[1] - fp8[0] == 5 * 1024
 
 
+def test_megatron_fp8_weights_and_bf16_main_grads_by_hand():
+    # Llama-3.1-8B, d = 8, megatron, bf16-master with fp8 linears and the distributed optimizer. Its linears hold
+    # 32 x (4,096 x (4,096 + 2 x 1,024) + 4,096 x 4,096 + 3 x 4,096 x 14,336) = 6,979,321,856 parameters (the
+    # embedding, the LM head and the norms stay bf16). fp8_params (--fp8-param-gather): each linear weight is fp8
+    # (1 B, not 2) and TE caches only its transpose (1 B, not the fp8 cast + transpose, 2 B): -2 B per linear
+    # parameter. bf16_grad_reduce (--grad-reduce-in-bf16): main grads 2 B instead of 4 for all 8,030,261,248.
+    linears = 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336)
+    assert linears == 6_979_321_856 and LLAMA8.parameter_count() == 8_030_261_248
+    par = Parallelism(dp=8)
+
+    def run(**kw):
+        spec = _spec("megatron", seq_len=4096, global_batch=64, micro_batch=1, distributed_optimizer=True,
+                     fp8_linears=True, **kw)
+        return predict_memory(LLAMA8, spec, par, overhead=NO_OVERHEAD)
+
+    base, fp8w, bf16g = run(), run(fp8_params=True), run(bf16_grad_reduce=True)
+    assert base.weights_bytes - fp8w.weights_bytes == linears * 1
+    assert base.transient_bytes - fp8w.transient_bytes == linears * 1
+    assert base.gradients_bytes - bf16g.gradients_bytes == 8_030_261_248 * 2
+    assert base.optimizer_bytes == fp8w.optimizer_bytes == bf16g.optimizer_bytes  # fp32 masters and states stay
+    assert base.activations_bytes == fp8w.activations_bytes == bf16g.activations_bytes
+
+
+def test_megatron_precision_switches_refuse_what_they_cannot_change():
+    for kw, words in ((dict(fp8_params=True, distributed_optimizer=True), "fp8_linears"),
+                      (dict(fp8_params=True, fp8_linears=True), "distributed_optimizer"),
+                      (dict(bf16_grad_reduce=True, precision="bf16"), "bf16-master"),
+                      (dict(fp8_params=True, fp8_linears=True, distributed_optimizer=True, lora_rank=8), "lora_rank")):
+        with pytest.raises(SpecError) as err:
+            make_training(**{"framework": "megatron", "precision": "bf16-master", **kw})
+        assert words in str(err.value)
+    with pytest.raises(SpecError) as err:
+        make_training(framework="fsdp2", precision="bf16-master", bf16_grad_reduce=True)
+    assert "bf16_grad_reduce" in str(err.value) and "megatron" in str(err.value)
+
+
 # --- the fsdp2 recipe against a fake-tensor trace of a torchtitan-style Llama (bench/titan_trace.py) ----------------
 TINY_TITAN = dict(V=2048, H=256, L=2, A=4, KV=2, FFN=512, S=256, B=2)
 

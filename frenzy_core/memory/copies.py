@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from frenzy_core.memory.sizes import FP8_BYTES
-from frenzy_core.memory.states import _layer_weights, _root_embedding, _stage_layers
+from frenzy_core.memory.states import _layer_weights, _root_embedding, _stage_layers, fp8_linear_parameters
 from frenzy_core.models import ModelSpec
 from frenzy_core.recipes import Recipe, run_recipe
 from frenzy_core.training import Parallelism, PrecisionSetup, TrainingSpec
@@ -92,7 +92,7 @@ def zero3_gathered_elements(model: ModelSpec, training: TrainingSpec, par: Paral
     """
     par = par or Parallelism()
     recipe = run_recipe(training)
-    ps = recipe.precision_setup(training.precision)
+    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
     p = float(par.pp)
     at_loss, _ = _compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True),
                                  training.recompute == "full", float(par.ep), p - 1, float(par.expert_tp),
@@ -128,8 +128,11 @@ def dequantised_weight_bytes(step: Step, model: ModelSpec, training: TrainingSpe
 
 def fp8_weight_cache_bytes(step: Step, model: ModelSpec, training: TrainingSpec, last, castable):
     """TE caches each linear weight's fp8 cast and its transpose across the micro-batches of a step
-    (is_first_microbatch, Megatron passes it): 2 B per linear parameter on the stage; 0 without fp8 linears."""
+    (is_first_microbatch, Megatron passes it): 2 B per linear parameter on the stage; 0 without fp8 linears. With
+    fp8 weights (`fp8_params`, TE fp8_model_init) the weight already is its fp8 cast: only the transpose is
+    cached, 1 B (Float8Tensor keeps its transpose beside its data for the dgrad GEMM); the weights term
+    (`states.stage_model_states`) holds the 1 B data."""
     if not training.fp8_linears:
         return 0.0
-    linears = castable - np.where(last, model.vocab_size * model.hidden_size / step.t, 0.0)
-    return linears * 2 * FP8_BYTES
+    copies = 1 if training.fp8_params else 2
+    return fp8_linear_parameters(step, model, last, castable) * copies * FP8_BYTES

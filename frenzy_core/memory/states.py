@@ -21,7 +21,7 @@ import numpy as np
 from frenzy_core.errors import SpecError
 from frenzy_core.frameworks import get as get_framework
 from frenzy_core.memory.adapters import frozen_weight_bytes, lora_head_parameters, lora_parameters
-from frenzy_core.memory.sizes import FP32_BYTES
+from frenzy_core.memory.sizes import FP8_BYTES, FP32_BYTES
 from frenzy_core.models import ModelSpec
 from frenzy_core.recipes import Recipe, run_recipe
 from frenzy_core.training import PipelineStages, PrecisionSetup, TrainingSpec
@@ -148,6 +148,11 @@ class StageStates:
     unit_gradient: object = 0.0
 
 
+def fp8_linear_parameters(step: Step, model: ModelSpec, last, castable):
+    """The parameters of the stage's fp8 linears: every castable weight but the LM head (which TE leaves bf16)."""
+    return castable - np.where(last, model.vocab_size * model.hidden_size / step.t, 0.0)
+
+
 def stage_model_states(step: Step, model: ModelSpec, training: TrainingSpec, last, stage_layers,
                        parameters) -> StageStates:
     """Weights, gradients and optimizer states on a stage: `parameters` is `_stage_parameters`' answer and
@@ -169,6 +174,11 @@ def stage_model_states(step: Step, model: ModelSpec, training: TrainingSpec, las
         weights, grads, optimizer = model_state_bytes(lora, ps, step.opt_state, step.shard_optimizer, step.shard)
         weights = weights + frozen / (step.shard if step.zero >= 3 else 1.0)
         params, expert_params = lora, 0.0
+    if training.fp8_params:
+        # Megatron --fp8-param-gather builds the TE linears under fp8_model_init: their weights are fp8 (1 B), the
+        # embedding, norms and LM head stay bf16 (ZeRO-3 / Megatron-FSDP: this rank's shard of them)
+        fp8_weights = fp8_linear_parameters(step, model, last, castable)
+        weights = weights - fp8_weights * (ps.param_bytes - FP8_BYTES) / (step.shard if step.zero >= 3 else 1.0)
     if training.offload != "none":  # ZeRO-Offload: master, Adam states, gradients and the step itself live on the CPU
         grads, optimizer, step_temporary = 0.0 * grads, 0.0 * optimizer, 0.0
     else:
@@ -373,7 +383,7 @@ def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int)
     if not (recipe.zero_fp32_grad_partition and zero >= 1):
         raise SpecError("zero_stage", f"DeepSpeed ZeRO's step terms need framework deepspeed and zero_stage 1, 2 or 3, "
                                       f"got {training.framework} with zero_stage {training.zero_stage}")
-    ps = recipe.precision_setup(training.precision)
+    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
     opt_state, _ = training.optimizer_bytes(ps)
     n = float(model.parameter_count())
     weights, grads, optimizer = model_state_bytes(n, ps, opt_state, zero, dp)
