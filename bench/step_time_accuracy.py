@@ -120,6 +120,7 @@ def build_training(row: dict, model: ModelSpec) -> tuple[TrainingSpec, list[str]
         fp8_linears=row["precision"] == "fp8", compile=bool(row["compile"]),
         # Megatron's fp8 weights and bf16 main grads, where the row's recipe sets them (`precision_source`)
         fp8_params=bool(row.get("fp8_params")), bf16_grad_reduce=bool(row.get("bf16_grad_reduce")),
+        param_remainders=bool(row.get("param_remainders")),
         tp_comm_overlap=tp_comm_overlap(row),
         # LoRA rows: the adapters' rank and target linears (the row's notes cite the framework defaults they ran with)
         lora_rank=row["lora_rank"] or 0, lora_targets=row.get("lora_targets") or "all-linear",

@@ -128,6 +128,9 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
                         "distributed optimizer)")
     p.add_argument("--bf16-grad-reduce", action="store_true",
                    help="Megatron --grad-reduce-in-bf16: bf16 main grads and reduce-scatter (fp32 by default)")
+    p.add_argument("--param-remainders", action="store_true",
+                   help="the distributed optimizer keeps fp32 masters as 16-bit remainders of the bf16 params "
+                        "(NeMo distributed_fused_adam, Megatron --use-precision-aware-optimizer)")
     p.add_argument("--fsdp", type=int, default=0, metavar="{1,2}",
                    help="the FSDP of a --zero 3 run: 1 FullyShardedDataParallel (FlatParameter; hf, litgpt), 2 "
                         "fully_shard (fsdp2, torchtune); default: the stack's own (litgpt 1, fsdp2 / torchtune 2)")
@@ -185,7 +188,7 @@ def _training(args, dp: int = 1):
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
         **{f: getattr(args, f) for f in _FINETUNE_FLAGS if hasattr(args, f)},
         fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,
-        fp8_params=args.fp8_params, bf16_grad_reduce=args.bf16_grad_reduce,
+        fp8_params=args.fp8_params, bf16_grad_reduce=args.bf16_grad_reduce, param_remainders=args.param_remainders,
         fsdp=getattr(args, "fsdp", 0),
         overlap_dp_comm={"on": True, "off": False}.get(getattr(args, "overlap_dp_comm", "auto")),
         tp_comm_overlap={"on": True, "off": False}.get(getattr(args, "tp_comm_overlap", "auto")),

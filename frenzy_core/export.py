@@ -221,6 +221,8 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
         args += ["--fp8-param-gather"]
     if training.bf16_grad_reduce:  # arguments.py validate_args: accumulate_allreduce_grads_in_fp32 = False
         args += ["--grad-reduce-in-bf16"]
+    if training.param_remainders:  # TE FusedAdam keeps the masters' remainders (store_param_remainders, default on)
+        args += ["--use-precision-aware-optimizer"]
     if training.recompute == "full":
         args += ["--recompute-granularity", "full", *megatron_recompute_layers(model, training, plan)]
     elif training.recompute == "selective":

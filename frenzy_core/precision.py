@@ -37,21 +37,36 @@ class PrecisionSetup:
         return self.param_bytes + self.grad_bytes + self.master_bytes
 
 
-def with_grad_reduce(ps: PrecisionSetup, bf16_grad_reduce: bool) -> PrecisionSetup:
-    """The setup with its fp32 main-grad buffer in bf16 when `bf16_grad_reduce` (TrainingSpec.bf16_grad_reduce:
-    Megatron-LM --grad-reduce-in-bf16, Megatron-Bridge `ddp.grad_reduce_in_fp32 = False`; the DDP's grad buffer
-    takes the params' dtype, megatron/core/distributed/distributed_data_parallel.py `grad_dtype = torch.float if
-    ddp_config.grad_reduce_in_fp32 else param.dtype`). Only a setup with a master copy keeps fp32 main grads.
+def with_run_switches(ps: PrecisionSetup, training=None) -> PrecisionSetup:
+    """The setup as a run's Megatron switches change it (`training`: a TrainingSpec, or None for none):
 
-    >>> with_grad_reduce(PRECISIONS["bf16-master"], True).grad_bytes, with_grad_reduce(PRECISIONS["amp"], True).grad_bytes
-    (2, 4)
+    * `bf16_grad_reduce` (Megatron-LM --grad-reduce-in-bf16, Megatron-Bridge `ddp.grad_reduce_in_fp32 = False`,
+      NeMo's Apex optimizer `grad_sync_dtype: bf16`): the fp32 main-grad buffer takes the params' dtype,
+      megatron/core/distributed/distributed_data_parallel.py `grad_dtype = torch.float if
+      ddp_config.grad_reduce_in_fp32 else param.dtype`: 2 B per parameter;
+    * `param_remainders` (Apex DistributedFusedAdam `store_param_remainders`, which NeMo's
+      megatron_base_model.setup_optimization turns on for bf16 params; Megatron-Core's precision-aware
+      optimizer, megatron/core/optimizer/distrib_optimizer.py `master_param = init_shard(torch.int16)` with
+      store_param_remainders and bf16): the fp32 master is the bf16 param plus its low 16 bits, 2 B kept.
+
+    Only a setup with an fp32 master copy (bf16-master) has either to change.
+
+    >>> class Run: bf16_grad_reduce, param_remainders = True, True
+    >>> s = with_run_switches(PRECISIONS["bf16-master"], Run()); s.grad_bytes, s.master_bytes
+    (2, 2)
+    >>> with_run_switches(PRECISIONS["amp"], Run()).grad_bytes  # no master copy: fp32 params, fp32 grads
+    4
     """
-    if not bf16_grad_reduce or not ps.master_bytes or ps.grad_bytes <= BF16_GRAD_BYTES:
+    if training is None or not ps.master_bytes:
         return ps
-    return replace(ps, grad_bytes=BF16_GRAD_BYTES)
+    if getattr(training, "bf16_grad_reduce", False) and ps.grad_bytes > BF16_BYTES:
+        ps = replace(ps, grad_bytes=BF16_BYTES)
+    if getattr(training, "param_remainders", False) and ps.master_bytes > BF16_BYTES:
+        ps = replace(ps, master_bytes=BF16_BYTES)
+    return ps
 
 
-BF16_GRAD_BYTES = 2
+BF16_BYTES = 2  # a bf16 gradient; the 16 remainder bits of an fp32 master beside its bf16 param
 
 PRECISIONS: dict[str, PrecisionSetup] = {
     "amp": PrecisionSetup("amp", 4, 4, 0, 2, 2, 4, "bf16"),

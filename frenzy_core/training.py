@@ -17,7 +17,7 @@ from frenzy_core.errors import SpecError, from_validation_error
 from frenzy_core.frameworks import FRAMEWORKS, switch_owner
 from frenzy_core.frameworks.deepspeed import ZERO_OPTIMIZATION_FIELDS
 from frenzy_core.limits import MAX_LORA_TARGETS_CHARS, MAX_PARALLEL, TRAINING_LIMITS, check_upper_limits, short_repr
-from frenzy_core.precision import PRECISIONS, PrecisionSetup, with_grad_reduce
+from frenzy_core.precision import PRECISIONS, PrecisionSetup, with_run_switches
 
 __all__ = ["PRECISIONS", "PrecisionSetup"]  # re-exported from frenzy_core.precision, where they live
 
@@ -112,8 +112,11 @@ class TrainingSpec(BaseModel):
     # stored as fp8 (1 B) with their cached fp8 transpose, no bf16 copy; the distributed optimizer keeps fp32 masters
     fp8_params: bool = False
     # Megatron --grad-reduce-in-bf16 (Megatron-Bridge ddp.grad_reduce_in_fp32 False): main grads and their
-    # reduce-scatter in bf16 (2 B per parameter) instead of fp32 (precision.with_grad_reduce)
+    # reduce-scatter in bf16 (2 B per parameter) instead of fp32 (precision.with_run_switches)
     bf16_grad_reduce: bool = False
+    # the fp32 master weights kept as the 16 bits their bf16 params lack (Apex DistributedFusedAdam
+    # store_param_remainders: NeMo's distributed_fused_adam; Megatron --use-precision-aware-optimizer): 2 B, not 4
+    param_remainders: bool = False
     # Which FSDP shards a zero_stage 3 run: 1 FullyShardedDataParallel (FSDP1, FlatParameter: LitGPT's and accelerate's),
     # 2 fully_shard (FSDP2: fsdp2, torchtune); 0 the stack's own (Framework.fsdp_default: litgpt 1, fsdp2 / torchtune
     # 2, hf its generic ZeRO-3, as its accelerate export writes DeepSpeed ZeRO). FSDP1's terms: frameworks/fsdp1.py
@@ -162,7 +165,8 @@ class TrainingSpec(BaseModel):
                              f"cross-entropy on the logits); use loss_dtype fp32")
         if self.precision == "amp" and not fw.supports_amp:
             raise ValueError(fw.amp_refusal)
-        for field in ("compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce"):  # another stack's switch
+        for field in ("compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce",
+                      "param_remainders"):  # another stack's switch
             if getattr(self, field) and field not in fw.switches:
                 raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
         for field in DEEPSPEED_FIELDS:
@@ -186,6 +190,17 @@ class TrainingSpec(BaseModel):
         if self.bf16_grad_reduce and self.precision != "bf16-master":
             raise ValueError(f"bf16_grad_reduce puts Megatron's fp32 main grads in bf16: use precision bf16-master, "
                              f"got {self.precision} (or bf16_grad_reduce off)")
+        if self.param_remainders:
+            if self.precision != "bf16-master":
+                raise ValueError(f"param_remainders keeps the 16 bits an fp32 master has beside its bf16 param: use "
+                                 f"precision bf16-master, got {self.precision} (or param_remainders off)")
+            if not (self.distributed_optimizer or self.zero_stage >= 1):
+                raise ValueError("param_remainders is the distributed optimizer's (Apex DistributedFusedAdam, "
+                                 "Megatron's precision-aware optimizer): turn distributed_optimizer on, or "
+                                 "param_remainders off")
+            if self.fp8_params:
+                raise ValueError("param_remainders with fp8_params: fp8 weights have no bf16 half to complete, the "
+                                 "optimizer keeps whole fp32 masters (NeMo store_params); turn one of them off")
         if not self.fp8_params:
             return
         if not self.fp8_linears:
@@ -255,7 +270,7 @@ class TrainingSpec(BaseModel):
 
     @property
     def precision_setup(self) -> PrecisionSetup:
-        return with_grad_reduce(PRECISIONS[self.precision], self.bf16_grad_reduce)
+        return with_run_switches(PRECISIONS[self.precision], self)
 
     def optimizer_bytes(self, ps: PrecisionSetup | None = None) -> tuple[float, float]:
         """(state bytes, step-temporary bytes) per parameter: fp32 figures scaled to the states' element size

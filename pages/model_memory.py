@@ -66,7 +66,8 @@ BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "linear biases"}
 TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
                    "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout",
                    "recompute_every", "loss_chunks", "offload", "lora_rank", "lora_targets", "base_quant", "fp8_linears",
-                   "compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "reduce_bucket_size", "stage3_max_live_parameters",
+                   "compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "param_remainders",
+                   "reduce_bucket_size", "stage3_max_live_parameters",
                    "stage3_max_reuse_distance")
 # Switches that belong to one stack (frameworks.SWITCH_OWNERS; TrainingSpec refuses them under another): their
 # widgets show for that framework (and for unknown, whose band covers every recipe: `Framework.switches`); hidden,
@@ -84,6 +85,9 @@ STACK_SWITCH_BOXES = (
     ("bf16_grad_reduce", "bf16 main grads",
      "framework megatron, bf16-master: gradients accumulated and reduce-scattered in bf16 (--grad-reduce-in-bf16); "
      "fp32 by default"),
+    ("param_remainders", "16-bit master remainders",
+     "framework megatron, bf16-master with the distributed optimizer: fp32 masters kept as the 16 bits the bf16 "
+     "params lack (NeMo distributed_fused_adam, --use-precision-aware-optimizer)"),
 )
 SPLIT_FIELDS = tuple(f.name for f in dataclasses.fields(Parallelism))  # dp, tp, pp, cp, vp, ep, etp
 MOE_SPLIT = ("ep", "etp")  # shown for a model with experts; hidden they are 1 and 0 (= t)

@@ -413,6 +413,7 @@ MEGATRON_OUTSIDE_FLAGS: dict[str, type | bool] = {
     "--use-distributed-optimizer": True, "--data-path": str, "--split": str, "--tokenizer-type": str,
     "--tokenizer-model": str, "--lr": str, "--min-lr": str, "--lr-decay-style": str, "--lr-warmup-iters": str,
     "--save": str, "--load": str, "--save-interval": str, "--grad-reduce-in-bf16": True,
+    "--use-precision-aware-optimizer": True,
 }
 
 
@@ -543,6 +544,8 @@ def _megatron_exports() -> tuple[tuple[str, object, TrainingSpec, object, str], 
     add("t4p2 fp8 linears", MODEL, TRAIN.model_copy(update={"fp8_linears": True}), SPREAD)
     add("t4p2 fp8 weights, bf16 grads", MODEL, TRAIN.model_copy(update={
         "fp8_linears": True, "fp8_params": True, "bf16_grad_reduce": True, "distributed_optimizer": True}), SPREAD)
+    add("t4p2 master remainders", MODEL, TRAIN.model_copy(update={"param_remainders": True,
+                                                                   "distributed_optimizer": True}), SPREAD)
     add("heterogeneous nodes", MODEL, TRAIN96, HET, MIXED)
     deep = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True,
                         recompute="full", recompute_every=2)
@@ -699,6 +702,8 @@ def test_megatron_export_carries_head_width_qkv_bias_latent_attention_and_fp8():
     both = flags["t4p2 fp8 weights, bf16 grads"]  # arguments.py: --fp8-param-gather, --grad-reduce-in-bf16
     assert both["--fp8-param-gather"] is True and both["--grad-reduce-in-bf16"] is True
     assert "--fp8-param-gather" not in flags["t4p2 fp8 linears"] and "--grad-reduce-in-bf16" not in flags["t4p2 fp8 linears"]
+    assert flags["t4p2 master remainders"]["--use-precision-aware-optimizer"] is True
+    assert "--use-precision-aware-optimizer" not in both
 
 
 # --- Megatron-LM: its argument parser --------------------------------------------------------------------------------

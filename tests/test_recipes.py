@@ -322,11 +322,31 @@ def test_megatron_fp8_weights_and_bf16_main_grads_by_hand():
     assert base.activations_bytes == fp8w.activations_bytes == bf16g.activations_bytes
 
 
+def test_master_remainders_keep_two_bytes_of_each_fp32_master_sharded_over_d():
+    # Apex DistributedFusedAdam store_param_remainders / Megatron's precision-aware optimizer: the fp32 master is the
+    # bf16 param plus 16 remainder bits, so the distributed optimizer keeps (2 + 4 + 4) B instead of (4 + 4 + 4) B
+    # per parameter, over d = 8: -2 B x 8,030,261,248 / 8 on Llama-3.1-8B. Weights, grads, activations: unchanged.
+    par = Parallelism(dp=8)
+
+    def run(**kw):
+        spec = _spec("megatron", seq_len=4096, global_batch=64, micro_batch=1, distributed_optimizer=True, **kw)
+        return predict_memory(LLAMA8, spec, par, overhead=NO_OVERHEAD)
+
+    base, rem = run(), run(param_remainders=True)
+    assert base.optimizer_bytes - rem.optimizer_bytes == 2 * 8_030_261_248 / 8
+    assert (base.weights_bytes, base.gradients_bytes, base.activations_bytes) == (
+        rem.weights_bytes, rem.gradients_bytes, rem.activations_bytes)
+
+
 def test_megatron_precision_switches_refuse_what_they_cannot_change():
     for kw, words in ((dict(fp8_params=True, distributed_optimizer=True), "fp8_linears"),
                       (dict(fp8_params=True, fp8_linears=True), "distributed_optimizer"),
                       (dict(bf16_grad_reduce=True, precision="bf16"), "bf16-master"),
-                      (dict(fp8_params=True, fp8_linears=True, distributed_optimizer=True, lora_rank=8), "lora_rank")):
+                      (dict(fp8_params=True, fp8_linears=True, distributed_optimizer=True, lora_rank=8), "lora_rank"),
+                      (dict(param_remainders=True), "distributed_optimizer"),
+                      (dict(param_remainders=True, distributed_optimizer=True, precision="bf16"), "bf16-master"),
+                      (dict(param_remainders=True, fp8_params=True, fp8_linears=True, distributed_optimizer=True),
+                       "fp8_params")):
         with pytest.raises(SpecError) as err:
             make_training(**{"framework": "megatron", "precision": "bf16-master", **kw})
         assert words in str(err.value)

@@ -17,7 +17,7 @@ from typing import Any
 
 from frenzy_core.errors import SpecError
 from frenzy_core.limits import DEFAULT_TOKENS
-from frenzy_core.precision import PRECISIONS, PrecisionSetup, with_grad_reduce
+from frenzy_core.precision import PRECISIONS, PrecisionSetup, with_run_switches
 
 FP32_BYTES, BF16_BYTES, MASK_BYTES = 4, 2, 1
 
@@ -81,15 +81,15 @@ class Recipe:
     # the unsharded flat gradients through gradient accumulation (docs/memory.md, "FSDP1"; frenzy_core/frameworks/fsdp1.py)
     fsdp1_flat_parameters: bool = False
 
-    def precision_setup(self, precision: str, bf16_grad_reduce: bool = False) -> PrecisionSetup:
-        """The bytes per parameter this framework holds for a `TrainingSpec.precision` (and its
-        `bf16_grad_reduce`: `with_grad_reduce`)."""
+    def precision_setup(self, precision: str, training: Any = None) -> PrecisionSetup:
+        """The bytes per parameter this framework holds for a `TrainingSpec.precision` (and, given the run's
+        TrainingSpec, what its Megatron switches change: `precision.with_run_switches`)."""
         ps = PRECISIONS[precision]
         for name, setup in self.precision_overrides:
             if name == precision:
                 ps = setup
                 break
-        return with_grad_reduce(ps, bf16_grad_reduce)
+        return with_run_switches(ps, training)
 
 
 def _never(training: Any) -> bool:

@@ -161,7 +161,7 @@ def layer_activations(
 
 
 def _layer_context(model: ModelSpec, training: TrainingSpec, recipe: Recipe) -> _LayerContext:
-    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
+    ps = recipe.precision_setup(training.precision, training)
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     return _LayerContext(
@@ -475,7 +475,7 @@ def op_sac_layer_activations(
     (torch/_functorch/partitioners.py: must_recompute for PREFER_RECOMPUTE, should_ban_recomputation for
     MUST_SAVE), and the last mm's output, which only the residual add consumes, is not needed: it is dropped.
     """
-    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
+    ps = recipe.precision_setup(training.precision, training)
     act = ps.activation_bytes
     resid = act if recipe.residual_in_compute_dtype else ps.residual_bytes
     h, q, kv, a = model.hidden_size, model.q_dim, model.kv_dim, model.num_heads

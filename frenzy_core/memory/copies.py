@@ -92,7 +92,7 @@ def zero3_gathered_elements(model: ModelSpec, training: TrainingSpec, par: Paral
     """
     par = par or Parallelism()
     recipe = run_recipe(training)
-    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
+    ps = recipe.precision_setup(training.precision, training)
     p = float(par.pp)
     at_loss, _ = _compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True),
                                  training.recompute == "full", float(par.ep), p - 1, float(par.expert_tp),

@@ -383,7 +383,7 @@ def zero_model_states_at_step(model: ModelSpec, training: TrainingSpec, dp: int)
     if not (recipe.zero_fp32_grad_partition and zero >= 1):
         raise SpecError("zero_stage", f"DeepSpeed ZeRO's step terms need framework deepspeed and zero_stage 1, 2 or 3, "
                                       f"got {training.framework} with zero_stage {training.zero_stage}")
-    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
+    ps = recipe.precision_setup(training.precision, training)
     opt_state, _ = training.optimizer_bytes(ps)
     n = float(model.parameter_count())
     weights, grads, optimizer = model_state_bytes(n, ps, opt_state, zero, dp)

@@ -66,7 +66,7 @@ def step_context(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, cp=1, 
     """The `Step` of `training` split as the broadcast arrays dp, tp, pp, micro-batch b, cp, vp, ep, etp say;
     `first` / `last`: the uneven first / last stages' layers (0: a middle stage's share)."""
     recipe = run_recipe(training)  # with the run's own DeepSpeed bucket and live-parameter sizes
-    ps = recipe.precision_setup(training.precision, training.bf16_grad_reduce)
+    ps = recipe.precision_setup(training.precision, training)
     d, t, p, b, c, v, e = (np.asarray(x).astype(np.float64) for x in (dp, tp, pp, b, cp, vp, ep))
     et = expert_tp_array(etp, t)  # expert tensor parallelism (0: t)
     zero = effective_zero_stage(training)
