@@ -60,12 +60,7 @@ def split_key(par: Parallelism) -> tuple[int, ...]:
 
 
 def row_parallelism(row: dict) -> Parallelism:
-    par = build_parallelism(row)
-    first, last = row.get("first_stage_layers") or 0, row.get("last_stage_layers") or 0
-    if first or last:
-        par = Parallelism(dp=par.dp, tp=par.tp, pp=par.pp, cp=par.cp, vp=par.vp, ep=par.ep, etp=par.etp,
-                          first_stage_layers=first, last_stage_layers=last)
-    return par
+    return build_parallelism(row)  # with the row's uneven first / last stages
 
 
 def row_cluster(row: dict) -> Cluster:

@@ -139,8 +139,11 @@ def tp_comm_overlap(row: dict) -> bool | None:
 
 
 def build_parallelism(row: dict) -> Parallelism:
+    """The row's split, with its uneven first / last stages where it has them (Megatron's decoder-first/last counts,
+    or the account-for-embedding / loss layout: `training.lighter_chunk_layout`)."""
     return Parallelism(dp=row["dp"], tp=row["tp"], pp=row["pp"], cp=row["cp"] or 1, vp=row["vp"] or 1,
-                       ep=row["ep"] or 1, etp=row["etp"] or 0)
+                       ep=row["ep"] or 1, etp=row["etp"] or 0, first_stage_layers=row.get("first_stage_layers") or 0,
+                       last_stage_layers=row.get("last_stage_layers") or 0)
 
 
 def shape_of(row: dict):

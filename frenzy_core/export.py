@@ -76,7 +76,7 @@ from frenzy_core.limits import DEFAULT_TOKENS, short_repr
 from frenzy_core.models import ModelSpec
 from frenzy_core.packing import ClusterIndex, place
 from frenzy_core.plans import Plan
-from frenzy_core.training import TrainingSpec, check_pipeline_layout
+from frenzy_core.training import TrainingSpec, check_pipeline_layout, lighter_chunk_layout
 
 FORMATS = ("megatron", "deepspeed", "torchtitan", "accelerate", "slurm", "kubernetes")
 # The export a framework's users reach for first (TrainingSpec.framework, where the training spec has one): each
@@ -171,13 +171,25 @@ def megatron_pipeline_layout(model: ModelSpec, plan: Plan) -> list[str | int]:
     >>> from dataclasses import replace
     >>> megatron_pipeline_layout(ZOO["gpt2"], replace(p, vp=2, first_stage_layers=2, last_stage_layers=2))
     ['--decoder-first-pipeline-num-layers', 2, '--decoder-last-pipeline-num-layers', 2, '--num-virtual-stages-per-pipeline-rank', 2]
+
+    An end one layer short of whole chunks (`lighter_chunk_layout`) is Megatron's slot for the embedding / the loss
+    (megatron/core/transformer/transformer_block.py get_num_layers_to_build):
+
+    >>> xl = replace(p, pp=2, vp=5, first_stage_layers=24, last_stage_layers=24)  # 48 + 2 = 2 x 5 chunks of 5
+    >>> megatron_pipeline_layout(ZOO["gpt2-xl"], xl)
+    ['--account-for-embedding-in-pipeline-split', '--account-for-loss-in-pipeline-split', '--num-virtual-stages-per-pipeline-rank', 5]
     """
     check_pipeline_layout(model.num_layers, plan.parallelism)
     flags: list[str | int] = []
-    if plan.first_stage_layers:
-        flags += ["--decoder-first-pipeline-num-layers", plan.first_stage_layers]
-    if plan.last_stage_layers:
-        flags += ["--decoder-last-pipeline-num-layers", plan.last_stage_layers]
+    embedding_slot, loss_slot = lighter_chunk_layout(plan.vp, plan.first_stage_layers, plan.last_stage_layers)
+    if embedding_slot or loss_slot:  # TransformerConfig refuses mixing them with the decoder-first/last counts
+        flags += ["--account-for-embedding-in-pipeline-split"] if embedding_slot else []
+        flags += ["--account-for-loss-in-pipeline-split"] if loss_slot else []
+    else:
+        if plan.first_stage_layers:
+            flags += ["--decoder-first-pipeline-num-layers", plan.first_stage_layers]
+        if plan.last_stage_layers:
+            flags += ["--decoder-last-pipeline-num-layers", plan.last_stage_layers]
     if plan.vp > 1:
         flags += (["--num-virtual-stages-per-pipeline-rank", plan.vp] if plan.uneven else
                   ["--num-layers-per-virtual-pipeline-stage", model.num_layers // (plan.pp * plan.vp)])

@@ -320,10 +320,24 @@ def virtual_pipeline_sizes(model: ModelSpec, training: TrainingSpec) -> np.ndarr
     """The vp the planner tries: 1, and under an interleaving stack (`Framework.supports_vp`) every divisor of num_layers (rank_plans keeps
     vp > 1 only where p > 1, the stages hold whole chunks of vp (p x vp dividing the layers, or Megatron's uneven
     rule: `training.pipeline_layout_problem`) and the micro-batches m are a multiple of p, as Megatron's interleaved
-    schedule requires: schedules.py, microbatch_group_size_per_vp_stage = p)."""
-    if not get_framework(training.framework).supports_vp:
+    schedule requires: schedules.py, microbatch_group_size_per_vp_stage = p). Under a stack with uneven stages also
+    the divisors of num_layers + 1 and + 2: the chunk counts of Megatron's account-for-embedding / loss layouts
+    (`training.lighter_chunk_layout`), e.g. Llama-3.1-405B's PP8 x VP8 (126 + 2 = 8 x 8 x 2).
+
+    >>> from frenzy_core.models import ZOO
+    >>> qwen = ZOO["qwen3-235b-a22b"]  # 94 layers: PP8 x VP4 holds 94 + 2 in chunks of 3
+    >>> [int(v) for v in virtual_pipeline_sizes(qwen, TrainingSpec(framework="megatron")) if v <= 8]
+    [1, 2, 3, 4, 5, 6, 8]
+    >>> [int(v) for v in virtual_pipeline_sizes(qwen, TrainingSpec(framework="fsdp2")) if v <= 8]  # divisors of 94
+    [1, 2]
+    """
+    fw = get_framework(training.framework)
+    if not fw.supports_vp:
         return np.array([1], dtype=np.int64)
-    return _divisors(model.num_layers)
+    if not fw.supports_uneven_stages:
+        return _divisors(model.num_layers)
+    extra = (_divisors(model.num_layers + 1), _divisors(model.num_layers + 2))
+    return np.unique(np.concatenate((_divisors(model.num_layers), *extra)))
 
 
 # Step times closer than this are one answer to the step-time model (its errors are several percent, docs/perf.md):

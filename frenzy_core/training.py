@@ -601,6 +601,15 @@ def pipeline_layout_problem(num_layers: int, p: int, vp: int = 1, first: int = 0
     True
     >>> pipeline_layout_problem(126, 16, 1, 7, 0)
     'the 119 middle layers (num_layers 126 - first 7 - last 0) do not split evenly over 15 middle stages'
+
+    With vp > 1 an end stage may hold one layer less than the middle stages, in its first chunk (the first stage:
+    the embedding's slot) or its last (the last stage: the loss'): Megatron's --account-for-embedding-in-pipeline-split
+    / --account-for-loss-in-pipeline-split (`lighter_chunk_layout`), which cannot be mixed with other uneven ends.
+
+    >>> pipeline_layout_problem(126, 8, 8, 15, 15) is None  # Llama-3.1-405B, PP8 x VP8: 1 + 7 x 2 layers at each end
+    True
+    >>> pipeline_layout_problem(126, 8, 8, 15, 0)  # doctest: +ELLIPSIS
+    "first (15) is neither a multiple of vp (8) nor one layer less than the other stages (Megatron's ... 126 layers + 1 slot(s) over 8 stages)"
     """
     if not (first or last):
         if num_layers % p:
@@ -610,10 +619,9 @@ def pipeline_layout_problem(num_layers: int, p: int, vp: int = 1, first: int = 0
         return None
     if p == 1:
         return "uneven stages need at least 2 pipeline stages"
-    for name, value in (("first", first), ("last", last)):
-        if value and value % vp:
-            return f"{name} ({value}) is not a multiple of vp ({vp}): each chunk of a stage holds the same layers"
     stages = p - (first > 0) - (last > 0)
+    if vp > 1 and any(value % vp for value in (first, last) if value):
+        return _lighter_chunk_problem(num_layers, p, vp, first, last)
     middle = num_layers - first - last
     detail = f"(num_layers {num_layers} - first {first} - last {last})"
     if middle < 0 or bool(middle) != bool(stages):
@@ -622,6 +630,39 @@ def pipeline_layout_problem(num_layers: int, p: int, vp: int = 1, first: int = 0
         return f"the {middle} middle layers {detail} do not split evenly over {stages} middle stages"
     if stages and middle // stages % vp:
         return f"each middle stage's {middle // stages} layers are not a multiple of vp ({vp})"
+    return None
+
+
+def lighter_chunk_layout(vp, first=0, last=0) -> tuple[bool, bool]:
+    """(first, last): whether each end stage of an interleaved layout holds one layer less than a whole number of
+    chunks, i.e. Megatron's account_for_embedding / account_for_loss_in_pipeline_split (its first / last chunk one
+    layer lighter). With vp = 1 an uneven end is plain --decoder-first/last-pipeline-num-layers.
+
+    >>> lighter_chunk_layout(8, 15, 15), lighter_chunk_layout(2, 6, 0), lighter_chunk_layout(1, 7, 7)
+    ((True, True), (False, False), (False, False))
+    """
+    return (bool(vp > 1 and first and first % vp), bool(vp > 1 and last and last % vp))
+
+
+def _lighter_chunk_problem(num_layers: int, p: int, vp: int, first: int, last: int) -> str | None:
+    """`pipeline_layout_problem` for an end that is not a whole number of chunks: it must be Megatron's
+    account-for layout (megatron/core/transformer/transformer_block.py get_num_layers_to_build): num_layers + the
+    embedding's and the loss' slots split evenly over p x vp chunks, the first stage's first chunk (the last stage's
+    last chunk) one layer lighter; both ends follow it (TransformerConfig refuses mixing it with
+    num_layers_in_first/last_pipeline_stage)."""
+    slots = num_layers + (first > 0) + (last > 0)
+    per_stage = slots // p
+    for name, value in (("first", first), ("last", last)):
+        if value and value != per_stage - 1:
+            return (f"{name} ({value}) is neither a multiple of vp ({vp}) nor one layer less than the other stages "
+                    f"(Megatron's account-for-embedding/loss layout: {num_layers} layers + {slots - num_layers} "
+                    f"slot(s) over {p} stages)")
+    if slots % (p * vp):
+        return (f"the embedding's / loss' slots layout needs p x vp ({p} x {vp}) dividing num_layers ({num_layers}) "
+                f"plus its {slots - num_layers} lighter end(s)")
+    if per_stage // vp < 2:
+        return (f"vp ({vp}) leaves chunks of {per_stage // vp} layer(s): a chunk one layer lighter would be empty "
+                f"(fewer chunks, or no lighter end)")
     return None
 
 
@@ -651,11 +692,12 @@ def check_pipeline_layout(num_layers: int, par: Parallelism) -> None:
                   f"vp={par.vp}{hint}"
         )
     raise SpecError(
-        "first_stage_layers" if f else "last_stage_layers",
+        "last_stage_layers" if problem.startswith("last") or not f else "first_stage_layers",
         f"{problem}. Megatron's uneven split (TransformerConfig num_layers_in_first/last_pipeline_stage): the "
         f"first and last stages take their own layers, each a multiple of vp, and the num_layers - first - last "
-        f"middle layers divide over the p - #uneven middle stages in multiples of vp, at least one layer per stage "
-        f"(got num_layers={num_layers} pp={par.pp} vp={par.vp} first={f} last={lst}){hint}",
+        f"middle layers divide over the p - #uneven middle stages in multiples of vp, at least one layer per stage; "
+        f"or (--account-for-embedding/loss-in-pipeline-split) an end one layer short of its chunks, the others "
+        f"equal (got num_layers={num_layers} pp={par.pp} vp={par.vp} first={f} last={lst}){hint}",
     )
 
 
@@ -668,8 +710,10 @@ def uneven_stage_options(num_layers: int, p: int, vp: int = 1) -> tuple[tuple[in
 
     >>> uneven_stage_options(126, 16)  # Llama-3.1-405B: middle stages of 8
     ((0, 6), (7, 7), (6, 0))
-    >>> uneven_stage_options(126, 16, vp=2)  # 7 is not a multiple of 2
-    ((0, 6), (6, 0))
+    >>> uneven_stage_options(126, 16, vp=2)  # 7 / 7: each end's outer chunk a layer lighter (lighter_chunk_layout)
+    ((0, 6), (7, 7), (6, 0))
+    >>> uneven_stage_options(126, 16, vp=4)  # 6 is not a multiple of 4, 7 is 8 - 1
+    ((7, 7),)
     >>> uneven_stage_options(32, 4)  # even, or first and last 2 lighter than middle stages of 9
     ((0, 0), (7, 7))
     """

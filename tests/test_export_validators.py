@@ -48,7 +48,7 @@ from frenzy_core.cluster import Cluster
 from frenzy_core.export import export_plan
 from frenzy_core.models import ZOO
 from frenzy_core.plans import rank_plans
-from frenzy_core.training import TrainingSpec
+from frenzy_core.training import TrainingSpec, lighter_chunk_layout
 
 DATA = Path(__file__).parent / "data"
 
@@ -378,6 +378,7 @@ MEGATRON_FACTORY_FIELDS = frozenset({
     "add_qkv_bias", "multi_latent_attention", "attention_dropout", "hidden_dropout", "attention_backend",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_token_dispatcher_type", "moe_shared_expert_intermediate_size", "moe_grouped_gemm",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
 })
 
 
@@ -555,6 +556,10 @@ def _megatron_exports() -> tuple[tuple[str, object, TrainingSpec, object, str], 
     add("uneven interleaved", ZOO["gpt2"], GPT2_MCORE, _uneven_plan(2), FOUR)
     add("uneven, last only", ZOO["gpt2"], GPT2_MCORE,
         dataclasses.replace(_uneven_plan(), pp=3, first_stage_layers=0, last_stage_layers=2), FOUR)
+    add("405B PP8 x VP8, embedding and loss slots", LLAMA_405B, MCORE,
+        dataclasses.replace(next(p for p in rank_plans(LLAMA_405B, MCORE, H100_1024, tokens=TOKENS).plans),
+                            dp=16, tp=8, pp=8, vp=8, first_stage_layers=15, last_stage_layers=15, micro_batch=1,
+                            grad_accum=MCORE.global_batch // 16), H100_1024)
     add("uneven 405B", LLAMA_405B, MCORE,
         next(p for p in rank_plans(LLAMA_405B, MCORE, H100_1024, tokens=TOKENS).plans if p.uneven), H100_1024)
     long = TrainingSpec(seq_len=32768, global_batch=16, framework="megatron", distributed_optimizer=True,
@@ -579,13 +584,15 @@ def _megatron_export(what: str) -> str:
 
 def _megatron_held(config, model, training, plan) -> dict[str, tuple[object, object]]:
     """{field: (what the plan and model say, what the built config holds)}: the split, the shape, the switches."""
+    embedding_slot, loss_slot = lighter_chunk_layout(plan.vp, plan.first_stage_layers, plan.last_stage_layers)
     want = {
         "tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp,
         "context_parallel_size": plan.cp, "expert_model_parallel_size": plan.ep,
         "expert_tensor_parallel_size": plan.tp,  # the planner splits experts t ways: Megatron's default etp
         "virtual_pipeline_model_parallel_size": plan.vp if plan.vp > 1 else None,
-        "num_layers_in_first_pipeline_stage": plan.first_stage_layers or None,
-        "num_layers_in_last_pipeline_stage": plan.last_stage_layers or None,
+        "num_layers_in_first_pipeline_stage": None if embedding_slot else plan.first_stage_layers or None,
+        "num_layers_in_last_pipeline_stage": None if loss_slot else plan.last_stage_layers or None,
+        "account_for_embedding_in_pipeline_split": embedding_slot, "account_for_loss_in_pipeline_split": loss_slot,
         "num_layers": model.num_layers, "hidden_size": model.hidden_size, "num_attention_heads": model.num_heads,
         "ffn_hidden_size": model.ffn, "num_query_groups": model.kv_heads,
         "gated_linear_unit": model.mlp_kind == "swiglu", "add_bias_linear": model.bias,
@@ -703,6 +710,10 @@ def test_megatron_export_carries_head_width_qkv_bias_latent_attention_and_fp8():
     assert both["--fp8-param-gather"] is True and both["--grad-reduce-in-bf16"] is True
     assert "--fp8-param-gather" not in flags["t4p2 fp8 linears"] and "--grad-reduce-in-bf16" not in flags["t4p2 fp8 linears"]
     assert flags["t4p2 master remainders"]["--use-precision-aware-optimizer"] is True
+    slots = flags["405B PP8 x VP8, embedding and loss slots"]  # 126 + 2 slots = 8 x 8 chunks of 2
+    assert slots["--account-for-embedding-in-pipeline-split"] is True
+    assert slots["--account-for-loss-in-pipeline-split"] is True
+    assert "--decoder-first-pipeline-num-layers" not in slots and slots["--num-virtual-stages-per-pipeline-rank"] == "8"
     assert "--use-precision-aware-optimizer" not in both
 
 

@@ -374,6 +374,28 @@ def test_interleaved_first_stage_holds_megatrons_penalty_of_layers(p, vp):
     assert float(in_flight_layers(layers, p, 1, 64, 0)) == layers  # plain 1F1B: p micro-batches of l / p layers
 
 
+@pytest.mark.parametrize("layers, p, vp, first, last", [(126, 8, 8, 15, 15), (94, 8, 4, 11, 11), (126, 16, 2, 7, 7),
+                                                         (63, 4, 4, 15, 0)])
+def test_a_lighter_chunk_stage_counts_its_in_flight_forwards_chunk_by_chunk(layers, p, vp, first, last):
+    # Megatron's account-for-embedding / loss layout: (layers + slots) / (p vp) layers a chunk, the first stage's first
+    # chunk and the last stage's last one a layer lighter. Walk the interleaved schedule's warm-up by hand: forward k
+    # on a rank runs chunk (k // p) % vp (schedules.py, groups of p micro-batches); rank i holds (p - i - 1) x 2 +
+    # (vp - 1) x p + 1 of them at its first backward.
+    from frenzy_core.memory import in_flight_layers
+
+    per_chunk = (layers + (first > 0) + (last > 0)) // (p * vp)
+    m = 4 * p
+    for stage in range(p):
+        chunks = [per_chunk] * vp
+        if stage == 0 and first:
+            chunks[0] -= 1
+        if stage == p - 1 and last:
+            chunks[-1] -= 1
+        forwards = min((p - stage - 1) * 2 + (vp - 1) * p + 1, m * vp)
+        held = sum(chunks[(k // p) % vp] for k in range(forwards))
+        assert float(in_flight_layers(layers, p, vp, m, stage, first, last)) == held, stage
+
+
 def test_context_parallel_splits_tokens_and_shards_the_optimizer_over_dp_x_cp():
     # Megatron distributed optimizer over d x cp = 4 ranks: 12 B/param of master + Adam / 4; bf16 weights whole.
     model, P = ZOO["llama-3.1-8b"], ZOO["llama-3.1-8b"].parameter_count()

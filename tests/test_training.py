@@ -97,7 +97,11 @@ def test_megatron_valid_uneven_splits(layers, pp, vp, first, last, stages):
         (126, 16, 1, 0, 0, "pp"),  # 126 / 16 = 7.875
         (126, 16, 1, 7, 0, "first_stage_layers"),  # 119 middle layers over 15 stages
         (126, 16, 1, 8, 8, "first_stage_layers"),  # 110 over 14
-        (126, 16, 2, 7, 7, "first_stage_layers"),  # 7 is not a multiple of vp 2
+        (126, 16, 2, 7, 6, "last_stage_layers"),  # 7: the embedding's slot; then the last must be 7, not 6
+        (126, 8, 8, 15, 14, "last_stage_layers"),  # the same with Llama-3.1-405B's PP8 x VP8
+        (126, 8, 8, 14, 15, "first_stage_layers"),  # 14 is a multiple of 8 minus 2, not the slot layout's 15
+        (12, 2, 7, 6, 6, "first_stage_layers"),  # 12 + 2 over 2 x 7: chunks of 1, the lighter one would be empty
+        (124, 8, 4, 15, 15, "first_stage_layers"),  # 124 + 2 slots do not split over 8 x 4 chunks
         (126, 16, 2, 6, 6, "first_stage_layers"),  # 114 over 14
         (126, 16, 4, 0, 6, "last_stage_layers"),  # 6 is not a multiple of vp 4
         (126, 2, 1, 60, 60, "first_stage_layers"),  # 6 layers left and no middle stage for them
@@ -136,7 +140,10 @@ def test_an_uneven_split_suggests_valid_ones():
 def test_uneven_stage_options_by_hand():
     # 126 on 16: middle stages of 8 (126 + 2 = 16 x 8): the last 2 lighter, both 1 lighter, or the first 2 lighter
     assert uneven_stage_options(126, 16) == ((0, 6), (7, 7), (6, 0))
-    assert uneven_stage_options(126, 16, vp=2) == ((0, 6), (6, 0))  # 7 is no multiple of 2
+    # vp 2: 7 is no multiple of 2, but 8 - 1: the first and last stages' outer chunks a layer lighter (Megatron's
+    # account-for-embedding / loss layout: 126 + 2 = 16 x 2 chunks of 4)
+    assert uneven_stage_options(126, 16, vp=2) == ((0, 6), (7, 7), (6, 0))
+    assert uneven_stage_options(126, 8, vp=8) == ((15, 15),)  # Llama-3.1-405B, PP8 x VP8: 128 = 64 chunks of 2
     # DeepSeek-V3 on 8: 61 + 3 = 8 x 8, so first and last together 3 lighter
     assert uneven_stage_options(61, 8) == ((7, 6), (6, 7))
     assert uneven_stage_options(61, 8, vp=2) == ()  # 61 is odd: no split into multiples of 2

@@ -37,6 +37,15 @@ def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last
     [12.0, 15.0, 9.0]
     >>> float(in_flight_layers(126, 16, 1, 64, 0, 7, 7))  # 16 micro-batches of the first stage's 7 layers
     112.0
+
+    An end stage one layer short of whole chunks (`training.lighter_chunk_layout`: Megatron's account-for-embedding /
+    loss layout) has its first chunk (stage 0) or its last (stage p - 1) a layer lighter: the chunk-forwards in
+    flight on it count one layer less each. Chunk-forward k runs chunk (k // p) mod vp (schedules.py, micro-batch
+    groups of p per chunk). Llama-3.1-405B over PP8 x VP8 (2 layers a chunk, 1 in the first stage's first):
+    rank 0 has 14 + 56 + 1 = 71 chunk-forwards in flight, 15 of them on chunk 0: 71 x 2 - 15 = 127 layers.
+
+    >>> float(in_flight_layers(126, 8, 8, 192, 0, 15, 15)), float(in_flight_layers(126, 8, 8, 192, 7, 15, 15))
+    (127.0, 113.0)
     """
     p, vp, m, stage = (np.asarray(x, dtype=np.float64) for x in (p, vp, micro_batches, stage))
     layers = stage_layer_counts(num_layers, p, stage, first, last) if layers is None else layers
@@ -44,7 +53,15 @@ def in_flight_layers(num_layers: int, p, vp, micro_batches, stage, first=0, last
     if not (vp > 1).any():
         return plain
     warmup = (p - stage - 1) * 2 + (vp - 1) * p
-    interleaved = np.minimum(warmup + 1, m * vp) * layers / vp
+    forwards = np.minimum(warmup + 1, m * vp)
+    first, last = np.asarray(first, dtype=np.float64), np.asarray(last, dtype=np.float64)
+    lighter = (((stage == 0) & (first > 0) & (np.mod(first, vp) > 0))
+               | ((stage == p - 1) & (last > 0) & (np.mod(last, vp) > 0)))
+    chunk = np.ceil(layers / vp)  # the stage's whole chunks (one of them a layer lighter where `lighter`)
+    light_chunk = np.where(stage == 0, 0.0, vp - 1)
+    group = p * vp  # chunk-forwards before the schedule returns to chunk 0
+    on_light = forwards // group * p + np.clip(forwards % group - light_chunk * p, 0.0, p)
+    interleaved = np.where(lighter, forwards * chunk - on_light, forwards * layers / vp)
     return np.where(vp > 1, interleaved, plain)
 
 
