@@ -16,6 +16,7 @@ from frenzy_core.errors import SpecError
 from frenzy_core.frameworks import FRAMEWORKS
 from frenzy_core.frameworks import get as get_framework
 from frenzy_core.limits import DEFAULT_SAFETY_MARGIN, DEFAULT_TOKENS, MAX_FLAG_INT, MAX_REPORTED_SKIPS
+from frenzy_core.systems import SYSTEMS
 
 EXIT_BAD_INPUT = 2
 
@@ -325,6 +326,26 @@ def cmd_plans(args) -> int:
     return 0
 
 
+def _estimate_hardware(args) -> tuple[str, int, float]:
+    """(GPU type, GPUs per node, node network Gbit/s) of `frenzy estimate`: the flags, else the --system's, else the
+    defaults (8 GPUs, 100 Gbit/s); a --gpu other than the system's is refused."""
+    if args.system is None:
+        if args.gpu is None:
+            raise SpecError("gpu", "give the GPU type (--gpu H100-80GB, see `frenzy gpus`) or a system (--system "
+                                   f"{', '.join(sorted(SYSTEMS))})")
+        return args.gpu, _given(args.gpus_per_node, 8), _given(args.inter_node_gbps, 100.0)
+    system = SYSTEMS[args.system]
+    if args.gpu is not None and args.gpu != system.gpu_type:
+        raise SpecError("gpu", f"{args.gpu} is not system {system.name}'s GPU ({system.gpu_type}); drop --gpu or "
+                               f"--system")
+    return (system.gpu_type, _given(args.gpus_per_node, system.gpus_per_node),
+            _given(args.inter_node_gbps, system.network_gbit_s))
+
+
+def _given(value, default):
+    return default if value is None else value
+
+
 def cmd_estimate(args) -> int:
     """One fixed split in, its step time, throughput and memory out (frenzy_core.estimate, the code plans ranks by)."""
     from frenzy_core.estimate import estimate
@@ -336,10 +357,10 @@ def cmd_estimate(args) -> int:
                       first_stage_layers=args.first_stage_layers, last_stage_layers=args.last_stage_layers)
     training = _training(args, dp=args.dp)
     _warn_positions(model, training)
-    gpu = get_gpu(args.gpu)
-    result = estimate(model, training, par, gpu, num_gpus=args.gpus, gpus_per_node=args.gpus_per_node,
-                      intra_link_gbyte_s=args.intra_node_gbps, network_gbit_s=args.inter_node_gbps,
-                      method=args.method)
+    gpu_name, per_node, network = _estimate_hardware(args)
+    gpu = get_gpu(gpu_name)
+    result = estimate(model, training, par, gpu, num_gpus=args.gpus, gpus_per_node=per_node,
+                      intra_link_gbyte_s=args.intra_node_gbps, network_gbit_s=network, method=args.method)
     if args.json:
         print(dumps_strict(result.as_dict()))
         return 0
@@ -763,15 +784,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers; 0: even)")
     p.add_argument("--last-stage-layers", type=int, default=0, metavar="K",
                    help="layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers; 0: even)")
-    p.add_argument("--gpu", required=True, help="GPU type (see `frenzy gpus`)")
+    p.add_argument("--gpu", default=None, help="GPU type (see `frenzy gpus`); or give --system")
+    p.add_argument("--system", default=None, choices=sorted(SYSTEMS),
+                   help="a catalog system (dgx-h100, gb200-nvl72, ...): its GPU type, GPUs per node (NVLink domain) "
+                        "and node network; the flags below override them")
     p.add_argument("--gpus", type=int, default=None, help="GPUs in all; must equal dp x tp x pp x cp (the default)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 8, or the system's)")
     p.add_argument("--intra-node-gbps", type=float, default=None,
                    help="each GPU's link inside a node in GB/s (gigabytes, as the cluster YAML's intra_link_gbyte_s; "
                         "default: the GPU type's)")
-    p.add_argument("--inter-node-gbps", type=float, default=100.0,
+    p.add_argument("--inter-node-gbps", type=float, default=None,
                    help="each node's network link in Gbit/s (gigabits, as the cluster YAML's network_gbit_s; "
-                        "default 100)")
+                        "default 100, or the system's)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_estimate)
 

@@ -11,6 +11,9 @@ A YAML cluster file looks like::
         num_gpus: 4
         count: 6
         network_gbit_s: 50   # optional; intra_link / intra_link_gbyte_s default to the GPU type's
+      - name: dgx
+        system: dgx-h100     # a catalog system (frenzy_core.systems): gpu_type, num_gpus, network_gbit_s from it
+        count: 4
 
 Validation errors name the file, the node and the field.
 """
@@ -37,6 +40,7 @@ from frenzy_core.limits import (
     short_repr,
     slug_name,
 )
+from frenzy_core.systems import get_system
 
 DEFAULT_NETWORK_GBIT_S = 100.0  # a 100 Gbit/s InfiniBand/RoCE NIC per node, the common datacenter default
 
@@ -177,12 +181,29 @@ def _expand(raw_nodes: list, source: str) -> list[dict]:
                         "model the cluster with fewer, larger nodes", source)
     out: list[dict] = []
     for i, (raw, count) in enumerate(zip(raw_nodes, counts, strict=True)):
-        entry = dict(raw)
+        entry = _with_system(dict(raw), f"nodes[{i}]", source)
         entry.pop("count", None)
         base = entry.get("name") or f"node{i}"
         for k in range(count):
             out.append({**entry, "name": f"{base}-{k}" if count > 1 else base})
     return out
+
+
+def _with_system(entry: dict, where: str, source: str) -> dict:
+    """A node entry naming a catalog `system` (frenzy_core.systems): its gpu_type, num_gpus and network_gbit_s filled
+    in; the entry's own num_gpus / network_gbit_s / intra link win (a partly populated node, a slower fabric), a
+    gpu_type other than the system's is refused."""
+    if "system" not in entry:
+        return entry
+    name = entry.pop("system")
+    try:
+        fields = get_system(name).node_fields()
+    except SpecError as err:
+        raise SpecError(f"{where}.system", err.reason, source) from None
+    if "gpu_type" in entry and entry["gpu_type"] != fields["gpu_type"]:
+        raise SpecError(f"{where}.gpu_type", f"{short_repr(entry['gpu_type'])} is not system {name}'s GPU "
+                        f"({fields['gpu_type']}); drop gpu_type or the system", source)
+    return {**fields, **entry}
 
 
 def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
