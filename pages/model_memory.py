@@ -76,7 +76,8 @@ TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "preci
 # The stacks' on/off switches (frameworks.SWITCH_OWNERS), each shown where `shown` says: (field, label, help)
 STACK_SWITCH_BOXES = (
     ("compile", "torch.compile",
-     "torchtitan per-block torch.compile (framework fsdp2): fused norms; selective AC keeps what backward needs"),
+     "per-block torch.compile (framework fsdp2: torchtitan, or torchtune): fused norms and SwiGLU; selective AC "
+     "keeps what backward needs"),
     ("moe_grouped_gemm", "MoE grouped GEMM",
      "framework megatron, MoE models: TE GroupedLinear experts (--moe-grouped-gemm)"),
     ("fp8_params", "fp8 weights",

@@ -23,8 +23,12 @@ FRAMEWORKS: dict[str, Framework] = {
                torchtune.FRAMEWORK, litgpt.FRAMEWORK, unknown.FRAMEWORK)
 }
 KNOWN: tuple[str, ...] = tuple(name for name, fw in FRAMEWORKS.items() if not fw.is_band)
-# TrainingSpec fields that belong to one stack, and which: refused under the others, accepted under unknown
-SWITCH_OWNERS: dict[str, str] = {field: name for name in KNOWN for field in FRAMEWORKS[name].switches}
+# TrainingSpec fields that belong to a stack, and which: refused under the others, accepted under unknown; a switch
+# two stacks share (compile: fsdp2 and torchtune) is owned by the first, whose refusal names both
+SWITCH_OWNERS: dict[str, str] = {}
+for _name in KNOWN:
+    for _field in FRAMEWORKS[_name].switches:
+        SWITCH_OWNERS.setdefault(_field, _name)
 
 
 def get(name: str) -> Framework:

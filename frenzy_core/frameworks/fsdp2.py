@@ -15,6 +15,9 @@ from frenzy_core.precision import PRECISIONS, PrecisionSetup
 
 # torchtitan's own switch: per-block torch.compile (apply_compile)
 SWITCHES = ("compile",)
+# the refusal of `compile` under a stack that does not compile per block (torchtune shares the switch)
+COMPILE_REFUSAL = ("compile models per-block torch.compile (torchtitan's apply_compile, torchtune's compile_model): "
+                   "use framework fsdp2 or torchtune, got {framework}")
 
 # torch.distributed.fsdp fully_shard + MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): the sharded
 # parameters stay fp32 (they are the optimizer's master), grads reduce-scatter to fp32, compute runs on the
@@ -126,7 +129,7 @@ FRAMEWORK = Framework(
     elementwise_fused=elementwise_fused,
     # tensor parallel: torchtitan's AsyncTP is opt-in (TrainingSpec.tp_comm_overlap)
     zero_stage_refusal="fsdp2 shards parameters (fully_shard = ZeRO-3): use zero_stage 3 or 0, got {zero_stage}",
-    switch_refusal="compile models torchtitan's per-block torch.compile: use framework fsdp2, got {framework}",
+    switch_refusal=COMPILE_REFUSAL,
     fsdp_versions=(2,),  # fully_shard (FSDP2): this recipe's terms
     fsdp_default=2,
     fsdp_refusal="fsdp {fsdp}: framework fsdp2 is torchtitan's fully_shard (FSDP2): use fsdp 2 (or 0, its "

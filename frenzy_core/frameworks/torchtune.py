@@ -98,8 +98,14 @@ FRAMEWORK = Framework(
     zero_stages=(0, 3),
     supports_amp=False,
     supports_chunked_loss=True,  # CEWithChunkedOutputLoss
-    switches=(),
-    switches_label="",
+    # compile=True: training/_compile.py compile_model compiles each TransformerSelfAttentionLayer on its own
+    # (`m.compile(backend=backend)`), as torchtitan's apply_compile does per block: the same fused norms and SwiGLU
+    # (recipes.block_recipe) and Inductor's fused element-wise ops (fsdp2.elementwise_fused); the loss is compiled
+    # apart (compile_loss), which loss_dtype bf16 describes
+    switches=fsdp2.SWITCHES,
+    switches_label="compile",
+    switch_refusal=fsdp2.COMPILE_REFUSAL,
+    elementwise_fused=fsdp2.elementwise_fused,
     dp_overlap_default=fsdp2.dp_overlap_default,  # FSDP2's implicit prefetch
     attention_kernel=attention_kernel,
     amp_refusal="torchtune has no autocast mode (training.get_dtype: dtype fp32 or bf16): use precision bf16 or fp32",
