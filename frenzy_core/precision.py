@@ -59,9 +59,9 @@ def with_run_switches(ps: PrecisionSetup, training=None) -> PrecisionSetup:
     """
     if training is None or not ps.master_bytes:
         return ps
-    if getattr(training, "bf16_grad_reduce", False) and ps.grad_bytes > BF16_BYTES:
+    if getattr(training, "bf16_grad_reduce", False):
         ps = replace(ps, grad_bytes=BF16_BYTES)
-    if getattr(training, "param_remainders", False) and ps.master_bytes > BF16_BYTES:
+    if getattr(training, "param_remainders", False):
         ps = replace(ps, master_bytes=BF16_BYTES)
     return ps
 

@@ -297,6 +297,17 @@ def test_fsdp_shards_the_frozen_base_with_the_adapters():
         assert predict_memory(TINY, tr, Parallelism(dp=d), overhead=NO_OVERHEAD).weights_bytes == one / d, d
 
 
+def test_a_gate_adapter_exists_only_on_a_gated_mlp():
+    # r = 64. GPT-2's GELU MLP has no gate: "q,gate" adapts q only, A and B 64 x 768 = 49,152 elements each, under the
+    # 1e5 paging threshold: nothing paged. Llama-2-7B's SwiGLU gate: A 64 x 4,096 = 262,144, B 64 x 11,008 = 704,512,
+    # both paged: everything paged. (kills the mutation-seed-1 survivor `mlp_kind != 'swiglu'` -> `==` in
+    # states._trained_matrices, 2026-12-03)
+    from frenzy_core.memory import paged_state_fraction
+
+    assert paged_state_fraction(ZOO["gpt2"], TrainingSpec(lora_rank=64, lora_targets="q,gate")) == 0.0
+    assert paged_state_fraction(ZOO["llama-2-7b"], TrainingSpec(lora_rank=64, lora_targets="gate")) == 1.0
+
+
 def test_paged_share_counts_one_head_adapter_but_one_adapter_per_layer_for_q_and_v():
     # llama-2-7b, r = 8 on q, v and the head: per layer q and v each have A (8 x 4,096) and B (4,096 x 8), 32,768
     # elements each, under bitsandbytes' 1e5 paging threshold: 4 x 32,768 x 32 layers = 4,194,304 unpaged; the
