@@ -275,8 +275,20 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def _plans_cluster(args):
+    """The cluster `frenzy plans` ranks on: the --cluster file, or --nodes nodes of a --system."""
+    from frenzy_core.cluster import load_cluster, system_cluster
+
+    if args.system is None:
+        if args.nodes is not None:
+            raise SpecError("nodes", "counts the nodes of a --system; with --cluster the file lists its nodes")
+        return load_cluster(args.cluster)
+    if args.nodes is None:
+        raise SpecError("nodes", f"how many {args.system} nodes to plan on: pass --nodes N")
+    return system_cluster(args.system, args.nodes)
+
+
 def cmd_plans(args) -> int:
-    from frenzy_core.cluster import load_cluster
     from frenzy_core.plans import rank_plans
 
     model = _model(args)
@@ -287,7 +299,7 @@ def cmd_plans(args) -> int:
     deadline_h = _hours(args.deadline, "deadline") if args.deadline is not None else None
     training = _training(args)
     _warn_positions(model, training)
-    cluster = load_cluster(args.cluster)
+    cluster = _plans_cluster(args)
     result = rank_plans(model, training, cluster, objective=args.objective, tokens=args.tokens, method=args.method,
                         safety_margin=args.safety_margin, micro_batch=args.micro_batch,
                         scaling_floor=args.scaling_floor, max_gpus=args.max_gpus,
@@ -759,7 +771,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plans", help="feasible (GPU type, d, t, p) plans ranked by an objective")
     _add_model_args(p)
     _add_training_args(p, split=False)
-    p.add_argument("--cluster", required=True, help="cluster YAML (see sample_clusters/)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster", help="cluster YAML (see sample_clusters/)")
+    where.add_argument("--system", choices=sorted(SYSTEMS),
+                       help="plan on --nodes nodes of a catalog system instead of a cluster file")
+    p.add_argument("--nodes", type=int, default=None, help="with --system: how many nodes (NVLink domains)")
     p.add_argument("--objective", default="time", choices=["time", "gpu-hours", "cost", "gpus"])
     p.add_argument("--tokens", type=float, default=DEFAULT_TOKENS, help=f"token budget to train for ({DEFAULT_TOKENS:g})")
     p.add_argument("--safety-margin", type=float, default=DEFAULT_SAFETY_MARGIN,

@@ -238,6 +238,19 @@ def cluster_from_dict(data: dict, source: str = "cluster") -> Cluster:
         raise from_validation_error(err, source, fields=("nodes",)) from None
 
 
+def system_cluster(system: str, nodes: int) -> Cluster:
+    """`nodes` nodes of one catalog system (frenzy_core.systems), built as a cluster file naming it would be.
+
+    >>> c = system_cluster("dgx-h100", 4)
+    >>> c.name, len(c.nodes), c.nodes[0].num_gpus, c.nodes[0].network_gbit_s
+    ('4x-dgx-h100', 4, 8, 3200.0)
+    """
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes <= 0:
+        raise SpecError("nodes", f"must be a positive number of {system} nodes, got {short_repr(nodes)}")
+    return cluster_from_dict({"name": f"{nodes}x-{system}", "nodes": [{"name": system, "system": system,
+                                                                        "count": nodes}]}, source=f"--system {system}")
+
+
 def parse_cluster_yaml(text: str, source: str = "cluster.yaml") -> Cluster:
     """Parse YAML text (size-limited, no aliases: `limits.load_yaml`) into a Cluster."""
     return cluster_from_dict(load_yaml(text, "cluster", source), source)

@@ -75,3 +75,28 @@ def test_estimate_refuses_a_gpu_that_is_not_the_systems_or_none_at_all(capsys, a
     code, out, err = _estimate(capsys, *argv)
     assert code == EXIT_BAD_INPUT and out == ""
     assert err.count("\n") == 1 and err.startswith(f"frenzy estimate: error: {field}: ")
+
+
+def _plans(capsys, *argv):
+    code = main(["plans", "--model", "llama-3.1-8b", "--framework", "megatron", "--seq-len", "4096",
+                 "--global-batch", "64", "--top", "5", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plans_on_a_system_are_the_plans_on_the_same_cluster_file(capsys, tmp_path):
+    path = tmp_path / "two.yaml"
+    path.write_text("nodes:\n  - name: n\n    gpu_type: H100-80GB\n    num_gpus: 8\n    network_gbit_s: 3200\n"
+                    "    count: 2\n")
+    code, by_system, _ = _plans(capsys, "--system", "dgx-h100", "--nodes", "2", "--json")
+    assert code == 0
+    code, by_file, _ = _plans(capsys, "--cluster", str(path), "--json")
+    assert code == 0 and json.loads(by_system) == json.loads(by_file) and json.loads(by_file)
+
+
+@pytest.mark.parametrize("argv", [["--system", "dgx-h100"], ["--system", "dgx-h100", "--nodes", "0"],
+                                  ["--cluster", "sample_clusters/sia-64.yaml", "--nodes", "2"]])
+def test_plans_refuse_a_system_without_a_node_count_and_a_count_without_a_system(capsys, argv):
+    code, out, err = _plans(capsys, *argv)
+    assert code == EXIT_BAD_INPUT and out == ""
+    assert err.count("\n") == 1 and err.startswith("frenzy plans: error: nodes: ")
