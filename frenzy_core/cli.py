@@ -743,7 +743,9 @@ def _add_sweep_args(p: argparse.ArgumentParser) -> None:
                    help="your own jobs instead of a trace: MODEL:RUNS_PER_WEEK:GPUS:HOURS[:GPU_TYPE] (repeatable)")
     p.add_argument("--weeks", type=float, default=4.0, help="weeks of --job arrivals to simulate (default 4)")
     p.add_argument("--add", action="append", default=[],
-                   help="a candidate: TYPE:N (label '+N TYPE') or LABEL=TYPE:N,TYPE:N (repeatable); today is always in")
+                   help="a candidate: TYPE:N (label '+N TYPE') or LABEL=TYPE:N,TYPE:N (repeatable); a system instead "
+                        "of a type counts whole nodes (dgx-h100:2: 16 H100-80GB, 8 per node, 3,200 Gbit/s); today "
+                        "is always in")
     p.add_argument("--workers", type=int, default=None, help="processes (local) or CPUs (local Ray); default cores-1")
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--address", default=None, help="an existing Ray cluster, e.g. ray://head:10001 or auto")

@@ -37,6 +37,7 @@ from frenzy_core.metrics import MIN_CI_SEEDS
 from frenzy_core.models import ZOO
 from frenzy_core.simulate import SimOptions
 from frenzy_core.sweep import Grid, Progress, SweepTable, run_sweep
+from frenzy_core.systems import SYSTEMS
 from frenzy_core.tco import PRICING, TCO, CostModel, tco
 from frenzy_core.traces import Trace, TraceJob
 
@@ -57,6 +58,9 @@ class Candidate:
     gpu_type: str  # catalog (or cluster-defined) GPU type name
     count: int  # GPUs to add
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE  # shape of the new nodes (the last one takes the remainder)
+    # the new nodes' network, Gbit/s per node; None: that of the cluster's nodes of the type (else 100 Gbit/s).
+    # `--add dgx-h100:2` sets it from the system (frenzy_core.systems)
+    network_gbit_s: float | None = None
 
 
 # Offered when the page opens: one option per current-generation training GPU, of similar cost per hour.
@@ -206,8 +210,13 @@ def build_candidates(base: Cluster, rows: Iterable[Mapping[str, Any]]) -> dict[s
             _check_node_count(len(base.nodes) + len(new) + math.ceil(count / per_node))
         except SpecError as err:
             raise SpecError(f"{label}.{err.field}", err.reason) from None
-        new += _new_nodes(str(gpu_type), count, per_node, network.get(str(gpu_type), DEFAULT_NETWORK_GBIT_S), taken,
-                          next_index)
+        link = row.get("network_gbit_s")
+        if _missing(link):
+            link = network.get(str(gpu_type), DEFAULT_NETWORK_GBIT_S)
+        elif isinstance(link, bool) or not isinstance(link, (int, float)) or not 0 < link < math.inf:
+            raise SpecError(f"{label}.network_gbit_s", f"must be a positive number of Gbit/s per node, got "
+                            f"{short_repr(link)} (or leave it empty: the type's nodes' network)")
+        new += _new_nodes(str(gpu_type), count, per_node, float(link), taken, next_index)
     out: dict[str, Cluster] = {TODAY: base}
     for label, (_, _, new) in additions.items():
         try:
@@ -358,22 +367,39 @@ def parse_weekly_job(text: str) -> WeeklyJob:
 
 # --- candidates from the command line and from a budget -------------------------------------------------------------
 def parse_addition(text: str) -> list[dict[str, Any]]:
-    """`--add` value -> candidate rows: ``TYPE:N`` (label ``+N TYPE``), or ``LABEL=TYPE:N,TYPE:N`` for a mix.
+    """`--add` value -> candidate rows: ``TYPE:N`` (label ``+N TYPE``), or ``LABEL=TYPE:N,TYPE:N`` for a mix; a
+    catalog system (frenzy_core.systems) instead of a type counts whole systems: ``dgx-h100:2`` is 2 nodes of 8
+    H100-80GB with the system's network (label ``+2 dgx-h100``).
 
     >>> [(r["candidate"], r["gpu_type"], r["count"]) for r in parse_addition("mix=L40S:8,H100-80GB:8")]
     [('mix', 'L40S', 8), ('mix', 'H100-80GB', 8)]
     >>> parse_addition("A100-80GB:24")[0]["candidate"]
     '+24 A100-80GB'
+    >>> [(r["candidate"], r["gpu_type"], r["count"], r["gpus_per_node"], r["network_gbit_s"])
+    ...  for r in parse_addition("dgx-h100:2")]
+    [('+2 dgx-h100', 'H100-80GB', 16, 8, 3200.0)]
     """
     label, _, spec = text.rpartition("=")
-    rows = []
+    rows, names = [], []
     for part in spec.split(","):
         gpu_type, sep, count = part.strip().rpartition(":")
         if not sep or not gpu_type:
             raise SpecError("add", f"expected TYPE:N or LABEL=TYPE:N,TYPE:N, got {short_repr(text)}")
-        rows.append({"gpu_type": gpu_type, "count": _addition_count(count.strip(), gpu_type, text)})
-    name = label.strip() or " ".join(f"+{r['count']} {r['gpu_type']}" for r in rows)
-    return [{"candidate": name, **r, "gpus_per_node": DEFAULT_GPUS_PER_NODE} for r in rows]
+        n = _addition_count(count.strip(), gpu_type, text)
+        names.append(f"+{n} {gpu_type}")
+        system = SYSTEMS.get(gpu_type)
+        if system is None:
+            rows.append({"gpu_type": gpu_type, "count": n, "gpus_per_node": DEFAULT_GPUS_PER_NODE,
+                         "network_gbit_s": None})
+            continue
+        gpus = n * system.gpus_per_node
+        if gpus > MAX_GPUS_PER_ADDITION:
+            raise SpecError("add", f"{n:,} x {system.name} is {gpus:,} GPUs, over the limit of "
+                            f"{MAX_GPUS_PER_ADDITION:,} per --add entry; add fewer systems")
+        rows.append({"gpu_type": system.gpu_type, "count": gpus, "gpus_per_node": system.gpus_per_node,
+                     "network_gbit_s": system.network_gbit_s})
+    name = label.strip() or " ".join(names)
+    return [{"candidate": name, **r} for r in rows]
 
 
 def _addition_count(count: str, gpu_type: str, text: str) -> int:

@@ -660,3 +660,32 @@ def test_cli_whatif_over_a_limit_exits_2_with_one_line_naming_the_flag_and_the_l
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert field in err and f"{limit:,}" in err and "; " in err, err  # the field, the limit, then the fix
+
+
+# --- systems as candidates (frenzy_core.systems) ---------------------------------------------------------------------
+def test_a_system_candidate_buys_whole_nodes_with_the_systems_network(tiny_cluster):
+    # dgx-h100:2 = 2 nodes of 8 H100-80GB, 8 x 400 Gb/s each; gb200-nvl72:1 = one 72-GPU NVLink domain
+    rows = parse_addition("dgx-h100:2") + parse_addition("rack=gb200-nvl72:1")
+    out = build_candidates(tiny_cluster, rows)
+    assert list(out) == [TODAY, "+2 dgx-h100", "rack"]
+    dgx = out["+2 dgx-h100"].nodes[len(tiny_cluster.nodes):]
+    assert [(n.gpu_type, n.num_gpus, n.network_gbit_s) for n in dgx] == [("H100-80GB", 8, 3200.0)] * 2
+    rack = out["rack"].nodes[len(tiny_cluster.nodes):]
+    assert [(n.gpu_type, n.num_gpus, n.network_gbit_s) for n in rack] == [("GB200", 72, 28800.0)]
+    # a plain type copies the network of the cluster's nodes of that type (here none: the 100 Gbit/s default)
+    plain = build_candidates(tiny_cluster, parse_addition("H100-80GB:16"))["+16 H100-80GB"]
+    assert {n.network_gbit_s for n in plain.nodes[len(tiny_cluster.nodes):]} == {100.0}
+
+
+@pytest.mark.parametrize("network", [0, -5.0, float("inf"), "fast", True])
+def test_a_bad_candidate_network_names_the_row_and_the_column(tiny_cluster, network):
+    rows = [{"candidate": "x", "gpu_type": "L40S", "count": 8, "gpus_per_node": 8, "network_gbit_s": network}]
+    with pytest.raises(SpecError) as err:
+        build_candidates(tiny_cluster, rows)
+    assert err.value.field == "x.network_gbit_s"
+
+
+def test_too_many_systems_in_one_addition_are_refused_naming_add():
+    with pytest.raises(SpecError) as err:
+        parse_addition(f"gb200-nvl72:{MAX_GPUS_PER_ADDITION // 72 + 1}")
+    assert err.value.field == "add" and "gb200-nvl72" in str(err.value)
