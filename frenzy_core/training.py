@@ -106,7 +106,7 @@ class TrainingSpec(BaseModel):
     # torchtune packed: True, HF DataCollatorWithFlattening): memory.pipeline.packed_mask_bytes
     packed: bool = False
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
-    compile: bool = False  # torchtitan per-block torch.compile (apply_compile): fused norms, SAC keeps what backward needs
+    compile: bool = False  # per-block torch.compile (torchtitan apply_compile, torchtune compile_model): fused norms and SwiGLU
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
     # Megatron --fp8-param-gather (TE fp8_model_init; Megatron-Bridge's fp8 recipes set it): the linears' weights are
     # stored as fp8 (1 B) with their cached fp8 transpose, no bf16 copy; the distributed optimizer keeps fp32 masters
@@ -186,7 +186,8 @@ class TrainingSpec(BaseModel):
         return self
 
     def _check_megatron_precision(self) -> None:
-        """fp8_params and bf16_grad_reduce change Megatron's bf16-master bytes: each needs what it changes."""
+        """fp8_params, bf16_grad_reduce and param_remainders change Megatron's bf16-master bytes: each needs what it
+        changes (an fp32 main grad, an fp32 master beside a bf16 param, fp8 linears and the distributed optimizer)."""
         if self.bf16_grad_reduce and self.precision != "bf16-master":
             raise ValueError(f"bf16_grad_reduce puts Megatron's fp32 main grads in bf16: use precision bf16-master, "
                              f"got {self.precision} (or bf16_grad_reduce off)")
