@@ -121,6 +121,9 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--activation-offload", action="store_true", help="saved activations offloaded to the host")
     p.add_argument("--packed", action="store_true",
                    help="several documents packed into each row, attention kept within each (hf: an s x s mask)")
+    p.add_argument("--packed-doc-tokens", type=int, default=0, metavar="N",
+                   help="with --packed: the documents' mean length in tokens; attention runs within each where the "
+                        "stack's kernel skips the others (0: one document fills the row)")
     p.add_argument("--fp8", action="store_true", help="Transformer Engine fp8 linears")
     p.add_argument("--compile", action="store_true", help="torchtitan per-block torch.compile (framework fsdp2)")
     p.add_argument("--moe-grouped-gemm", action="store_true", help="Megatron --moe-grouped-gemm (TE GroupedLinear)")
@@ -169,7 +172,7 @@ def _model(args):
 
 
 _FINETUNE_FLAGS = ("lora_dropout", "lora_variant", "quant_backend", "quant_head", "loss_dtype", "optimizer_dtype",
-                   "paged_optimizer", "optimizer_in_backward", "activation_offload", "packed")
+                   "paged_optimizer", "optimizer_in_backward", "activation_offload", "packed", "packed_doc_tokens")
 
 
 def _training(args, dp: int = 1):

@@ -429,19 +429,43 @@ def gemm_efficiency_of_run(model: ModelSpec, training: TrainingSpec, gpu: GPUTyp
     return (ours - layers * per_token.attention) / (peak_flops_s * (run_s - attention_s - elementwise_s))
 
 
+def attention_span(training: TrainingSpec) -> float:
+    """Tokens one causal attention runs over: the row (seq_len), or with packed rows of `packed_doc_tokens`-long
+    documents that document, where the stack's kernel skips the other documents' blocks: Transformer Engine's THD
+    and flash-attn's varlen kernels take cu_seqlens, torchtune's flex attention a block mask
+    (`Recipe.packed_mask_materialised` False). A materialised s x s mask (Hugging Face's SDPA path) masks scores
+    that are still computed: the row. The band over stacks (unknown) counts the row.
+
+    >>> attention_span(TrainingSpec(seq_len=4096, global_batch=8, packed=True, packed_doc_tokens=256))
+    256.0
+    >>> attention_span(TrainingSpec(seq_len=4096, global_batch=8, packed=True, packed_doc_tokens=256, framework="hf"))
+    4096.0
+    """
+    s = float(training.seq_len)
+    if not (training.packed and training.packed_doc_tokens):
+        return s
+    recipe = get_framework(training.framework).recipe
+    if recipe is None or recipe.packed_mask_materialised:
+        return s
+    return float(min(s, training.packed_doc_tokens))
+
+
 def attended_keys(model: ModelSpec, training: TrainingSpec) -> float:
     """Keys each query's score and context matmuls run over, on average, summed over layers. Eager attention
     computes all s x s scores and masks them (HF causal and sliding-window masks): s per layer. Flash attention
     skips the masked blocks: a causal layer costs s / 2 (CAUSAL_KEYS_FRACTION: Megatron's count), a sliding-window
-    layer of window w the mean of min(i + 1, w) over the queries i, w - w^2 / (2 s) (= s / 2 at w = s).
+    layer of window w the mean of min(i + 1, w) over the queries i, w - w^2 / (2 s) (= s / 2 at w = s); s is
+    `attention_span` (a packed row's document where the kernel skips the others).
 
     >>> from frenzy_core.models import ZOO
     >>> attended_keys(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8))  # 12 layers x 1024 / 2
     6144.0
+    >>> attended_keys(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, packed=True, packed_doc_tokens=256))
+    1536.0
     """
-    s = training.seq_len
     if training.attention != "flash":
-        return float(model.num_layers * s)
+        return float(model.num_layers * training.seq_len)
+    s = attention_span(training)
     sliding = model.num_sliding_layers
     window = min(s, model.sliding_window or s)
     return (model.num_layers - sliding) * CAUSAL_KEYS_FRACTION * s + sliding * (window - window**2 / (2 * s))
@@ -702,7 +726,7 @@ def _components(
     # its forward passes at the kernel's forward TFLOP/s, its backward (FLASH_BACKWARD_FORWARDS: Q K^T recomputed)
     # at the backward's, as the bf16-rate FLOPs that take as long on the stage (x peak x eff). Where no kernel
     # figure applies, or the caller fixes one efficiency for every FLOP (`mfu`), at the GEMMs' efficiency.
-    kernel = attention_kernel_tflops(training, gpu, s) if mfu is None else None
+    kernel = attention_kernel_tflops(training, gpu, np.minimum(s, attention_span(training))) if mfu is None else None
     attention_time_flops = per_token.attention + per_token.attention_kernel_extra
     if kernel is not None:
         forward_tflops, backward_tflops = kernel

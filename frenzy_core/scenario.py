@@ -337,6 +337,15 @@ def load_scenario(path: str | Path) -> Scenario:
                                source=p.name, base_dir=p.parent)
 
 
+def _share_data(s: Scenario) -> dict:
+    """`scenario_to_data` without the training fields left at their defaults: a link carries what the user set, so
+    every switch a release adds does not lengthen every link (decoding fills the defaults back in)."""
+    data = scenario_to_data(s)
+    defaults = {name: f.default for name, f in TrainingSpec.model_fields.items()}
+    data["training"] = {k: v for k, v in data["training"].items() if k not in defaults or v != defaults[k]}
+    return data
+
+
 def encode_share(s: Scenario) -> str:
     """The share code: base64url (no padding) of zlib(canonical JSON). Raises when over MAX_SHARE_CHARS.
 
@@ -345,7 +354,7 @@ def encode_share(s: Scenario) -> str:
     >>> decode_share(encode_share(s)) == s
     True
     """
-    raw = json.dumps(scenario_to_data(s), sort_keys=True, separators=(",", ":")).encode()
+    raw = json.dumps(_share_data(s), sort_keys=True, separators=(",", ":")).encode()
     code = base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode().rstrip("=")
     if len(code) > MAX_SHARE_CHARS:
         raise SpecError("scenario", f"is {len(code):,} characters as a link, over the {MAX_SHARE_CHARS:,} limit; "

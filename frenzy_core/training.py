@@ -105,6 +105,9 @@ class TrainingSpec(BaseModel):
     # several documents packed into each seq_len row, attention kept within each (position ids restart per document;
     # torchtune packed: True, HF DataCollatorWithFlattening): memory.pipeline.packed_mask_bytes
     packed: bool = False
+    # with packed: the mean tokens of one document (0: one document fills the row). Attention then runs within each
+    # document where the stack's kernel skips the others (perf.attention_span); memory does not depend on it
+    packed_doc_tokens: int = 0
     fp8_linears: bool = False  # Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight (+ transpose)
     compile: bool = False  # per-block torch.compile (torchtitan apply_compile, torchtune compile_model): fused norms and SwiGLU
     moe_grouped_gemm: bool = False  # Megatron --moe-grouped-gemm: TE GroupedLinear experts (multi-stream workspaces)
@@ -176,6 +179,12 @@ class TrainingSpec(BaseModel):
             if value and field not in fw.switches:
                 raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
         self._check_megatron_precision()
+        if self.packed_doc_tokens:
+            if not self.packed:
+                raise ValueError("packed_doc_tokens is the document length of packed rows: turn packed on, or give 0")
+            if not 0 < self.packed_doc_tokens <= self.seq_len:
+                raise ValueError(f"packed_doc_tokens must be from 1 to seq_len ({self.seq_len}) tokens, or 0 (a "
+                                 f"document fills the row), got {self.packed_doc_tokens}")
         if self.compile and self.moe_grouped_gemm:
             raise ValueError("compile (torchtitan, fsdp2) and moe_grouped_gemm (Megatron) belong to different stacks")
         if self.moe_grouped_gemm and self.precision == "amp":

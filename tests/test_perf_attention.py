@@ -210,3 +210,24 @@ def test_the_vectorised_ranking_prices_each_plans_cp_at_its_own_block_length():
     got = step_time_totals(TINY, tr, H100, [p.dp for p in splits], 1, 1, 1, cp=[p.cp for p in splits])
     want = [step_time(TINY, tr, p, H100).step_time_s for p in splits]
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_packed_documents_attend_within_themselves_where_the_kernel_skips_the_others():
+    # Llama-3.1-8B (32 layers, h = 4,096 = 32 heads x 128), rows of 4,096 tokens packed with 512-token documents.
+    # Under megatron (TE THD / cu_seqlens) each query attends within its document: the causal core's model FLOPs per
+    # token and layer are 3 x 4 h x keys (forward + backward), keys s / 2 -> d / 2, so the step loses
+    # tokens x 32 x 3 x 4 x 4,096 x (4,096 - 512) / 2. Under hf (SDPA with the materialised s x s mask) nothing.
+    from frenzy_core.models import ZOO
+    from frenzy_core.perf import training_flops_per_step
+
+    model, tokens = ZOO["llama-3.1-8b"], 8 * 4096
+    for framework, want in (("megatron", tokens * 32 * 3 * 4 * 4096 * (4096 - 512) / 2), ("hf", 0.0)):
+        precision = "bf16-master" if framework == "megatron" else "amp"
+        base = dict(seq_len=4096, global_batch=8, micro_batch=1, framework=framework, precision=precision)
+        rows = training_flops_per_step(model, TrainingSpec(**base))
+        docs = training_flops_per_step(model, TrainingSpec(**base, packed=True, packed_doc_tokens=512))
+        assert rows - docs == pytest.approx(want, rel=1e-12), framework
+    # the document length needs packed rows, and fits in one
+    for kw in (dict(packed_doc_tokens=512), dict(packed=True, packed_doc_tokens=8192)):
+        with pytest.raises(ValueError, match="packed_doc_tokens"):
+            TrainingSpec(seq_len=4096, global_batch=8, **kw)
