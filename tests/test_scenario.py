@@ -229,3 +229,17 @@ def test_unknown_policy_names_are_refused_for_the_llm_job_model_and_every_event_
     with pytest.raises(ValueError, match="LLM job model"):
         WhatIfSpec(policy="nope")
     assert WhatIfSpec(policy="sia").policy == "sia"
+
+
+def test_a_link_carries_the_training_fields_set_and_decodes_them_back():
+    from frenzy_core.training import TrainingSpec
+
+    training = TrainingSpec(framework="megatron", precision="bf16-master", distributed_optimizer=True,
+                            fp8_linears=True, fp8_params=True, bf16_grad_reduce=True, seq_len=4096)
+    s = Scenario(cluster=parse_cluster_yaml("nodes: [{name: a, gpu_type: H100-80GB, num_gpus: 8}]"),
+                 training=training)
+    code = encode_share(s)
+    assert decode_share(code) == s
+    carried = json.loads(zlib.decompress(base64.urlsafe_b64decode(code + "=" * (-len(code) % 4))))["training"]
+    assert carried == {"framework": "megatron", "distributed_optimizer": True, "fp8_linears": True, "fp8_params": True,
+                       "bf16_grad_reduce": True, "seq_len": 4096}  # bf16-master is the default precision
