@@ -14,11 +14,13 @@ Flag and key names were checked against each project's source (read 2026-12-01):
   --tensor-model-parallel-size, --pipeline-model-parallel-size, --micro-batch-size, --global-batch-size,
   --seq-length, --recompute-granularity {full,selective}, --recompute-method {uniform,block}, --recompute-num-layers,
   --use-distributed-optimizer, --sequence-parallel, --group-query-attention, --num-query-groups, --kv-channels,
-  --add-qkv-bias, --fp8-format {e4m3,hybrid}, --multi-latent-attention with --q-lora-rank, --kv-lora-rank,
+  --add-qkv-bias, --fp8-format {e4m3,hybrid}, --fp8-param-gather, --grad-reduce-in-bf16,
+  --use-precision-aware-optimizer, --multi-latent-attention with --q-lora-rank, --kv-lora-rank,
   --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim (at core_v0.16.1, 55ac7082, most flags are made from
   megatron-core's TransformerConfig fields by `ArgumentGroupFactory`; tests/test_export_validators.py builds that
   TransformerConfig from each export), --num-layers-per-virtual-pipeline-stage, and for uneven stages
-  --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers with
+  --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers (or, an end one layer short of its chunks,
+  --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split) with
   --num-virtual-stages-per-pipeline-rank (`validate_args` at 000c4ac2 asserts "please use
   --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when enable uneven pipeline
   parallelism" where the layers-per-virtual-stage flag meets uneven stages); the run's own
