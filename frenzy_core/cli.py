@@ -376,6 +376,12 @@ def cmd_estimate(args) -> int:
     gpu = get_gpu(gpu_name)
     result = estimate(model, training, par, gpu, num_gpus=args.gpus, gpus_per_node=per_node,
                       intra_link_gbyte_s=args.intra_node_gbps, network_gbit_s=network, method=args.method)
+    if args.system is None and args.inter_node_gbps is None and par.num_gpus > per_node:
+        # the 100 Gbit/s default is one NIC per node: a multi-node split over it is usually far slower than the
+        # cluster it stands for (a DGX-H100 node has 32 x that)
+        print(f"frenzy estimate: note: {par.num_gpus} GPUs span {-(-par.num_gpus // per_node)} nodes over the default "
+              f"100 Gbit/s per node; pass --inter-node-gbps or --system (e.g. --system dgx-h100: 3,200 Gbit/s)",
+              file=sys.stderr)
     if args.json:
         print(dumps_strict(result.as_dict()))
         return 0

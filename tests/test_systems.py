@@ -100,3 +100,12 @@ def test_plans_refuse_a_system_without_a_node_count_and_a_count_without_a_system
     code, out, err = _plans(capsys, *argv)
     assert code == EXIT_BAD_INPUT and out == ""
     assert err.count("\n") == 1 and err.startswith("frenzy plans: error: nodes: ")
+
+
+def test_estimate_says_when_a_multi_node_split_runs_on_the_default_network(capsys):
+    code, out, err = _estimate(capsys, "--gpu", "H100-80GB", "--json")  # d = 16: two nodes of 8
+    assert code == 0 and json.loads(out) and "default 100 Gbit/s" in err and "--system" in err
+    for argv in (["--system", "dgx-h100"], ["--gpu", "H100-80GB", "--inter-node-gbps", "100"],
+                 ["--gpu", "H100-80GB", "--gpus-per-node", "16"]):  # named, given, or one node
+        code, _, err = _estimate(capsys, *argv, "--json")
+        assert code == 0 and err == "", argv
