@@ -109,14 +109,9 @@ def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: 
         return act * h * copies + dropped_copy * h * adapters_with_dropout
 
     def adapters(names) -> float:
-        extra = 0.0
-        for n in names:
-            if n in targets:
-                w_in, w_out = widths[n]
-                extra += act * r  # lora_B's input
-                if training.lora_variant == "dora":
-                    extra += 2 * act * w_out  # base_result and lora_result, kept by the DoRA products
-        return extra
+        """Per targeted linear: lora_B's r-wide input; DoRA's products keep base_result and lora_result (out-wide)."""
+        dora = training.lora_variant == "dora"
+        return float(sum(act * r + (2 * act * widths[n][1] if dora else 0) for n in names if n in targets))
 
     attention_extra = adapters(("q", "k", "v", "o"))
     if zero_pad and not model.is_mla:
