@@ -243,3 +243,15 @@ def test_a_link_carries_the_training_fields_set_and_decodes_them_back():
     carried = json.loads(zlib.decompress(base64.urlsafe_b64decode(code + "=" * (-len(code) % 4))))["training"]
     assert carried == {"framework": "megatron", "distributed_optimizer": True, "fp8_linears": True, "fp8_params": True,
                        "bf16_grad_reduce": True, "seq_len": 4096}  # bf16-master is the default precision
+
+
+@pytest.mark.parametrize("margin, ok", [(0.0, True), (0.99, True), (1.0, False), (1.2, False), (-0.01, False)])
+def test_a_plans_safety_margin_is_a_fraction_below_one(margin, ok):
+    # kills the mutation-seed-1 survivor `safety_margin < 1.0` -> `< 1.5` in scenario.PlanGoal._check (2026-12-03)
+    from frenzy_core.scenario import PlanGoal
+
+    if ok:
+        assert PlanGoal(safety_margin=margin).safety_margin == margin
+        return
+    with pytest.raises(ValueError, match="safety_margin must be in"):
+        PlanGoal(safety_margin=margin)
