@@ -343,12 +343,17 @@ def cmd_plans(args) -> int:
 
 def _estimate_hardware(args) -> tuple[str, int, float]:
     """(GPU type, GPUs per node, node network Gbit/s) of `frenzy estimate`: the flags, else the --system's, else the
-    defaults (8 GPUs, 100 Gbit/s); a --gpu other than the system's is refused."""
+    defaults (estimate.DEFAULT_GPUS_PER_NODE, cluster.DEFAULT_NETWORK_GBIT_S); a --gpu other than the system's is
+    refused."""
+    from frenzy_core.cluster import DEFAULT_NETWORK_GBIT_S
+    from frenzy_core.estimate import DEFAULT_GPUS_PER_NODE
+
     if args.system is None:
         if args.gpu is None:
             raise SpecError("gpu", "give the GPU type (--gpu H100-80GB, see `frenzy gpus`) or a system (--system "
                                    f"{', '.join(sorted(SYSTEMS))})")
-        return args.gpu, _given(args.gpus_per_node, 8), _given(args.inter_node_gbps, 100.0)
+        return args.gpu, _given(args.gpus_per_node, DEFAULT_GPUS_PER_NODE), _given(args.inter_node_gbps,
+                                                                                   DEFAULT_NETWORK_GBIT_S)
     system = SYSTEMS[args.system]
     if args.gpu is not None and args.gpu != system.gpu_type:
         raise SpecError("gpu", f"{args.gpu} is not system {system.name}'s GPU ({system.gpu_type}); drop --gpu or "
@@ -377,11 +382,11 @@ def cmd_estimate(args) -> int:
     result = estimate(model, training, par, gpu, num_gpus=args.gpus, gpus_per_node=per_node,
                       intra_link_gbyte_s=args.intra_node_gbps, network_gbit_s=network, method=args.method)
     if args.system is None and args.inter_node_gbps is None and par.num_gpus > per_node:
-        # the 100 Gbit/s default is one NIC per node: a multi-node split over it is usually far slower than the
-        # cluster it stands for (a DGX-H100 node has 32 x that)
+        # the default is one NIC per node: a multi-node split over it is usually far slower than the cluster it
+        # stands for (a DGX-H100 node has 32 x that)
         print(f"frenzy estimate: note: {par.num_gpus} GPUs span {-(-par.num_gpus // per_node)} nodes over the default "
-              f"100 Gbit/s per node; pass --inter-node-gbps or --system (e.g. --system dgx-h100: 3,200 Gbit/s)",
-              file=sys.stderr)
+              f"{network:g} Gbit/s per node; pass --inter-node-gbps or --system (e.g. --system dgx-h100: "
+              f"{SYSTEMS['dgx-h100'].network_gbit_s:,.0f} Gbit/s)", file=sys.stderr)
     if args.json:
         print(dumps_strict(result.as_dict()))
         return 0

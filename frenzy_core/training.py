@@ -200,11 +200,12 @@ class TrainingSpec(BaseModel):
         if self.bf16_grad_reduce and self.precision != "bf16-master":
             raise ValueError(f"bf16_grad_reduce puts Megatron's fp32 main grads in bf16: use precision bf16-master, "
                              f"got {self.precision} (or bf16_grad_reduce off)")
+        sharded_optimizer = self.distributed_optimizer or self.zero_stage >= 1
         if self.param_remainders:
             if self.precision != "bf16-master":
                 raise ValueError(f"param_remainders keeps the 16 bits an fp32 master has beside its bf16 param: use "
                                  f"precision bf16-master, got {self.precision} (or param_remainders off)")
-            if not (self.distributed_optimizer or self.zero_stage >= 1):
+            if not sharded_optimizer:
                 raise ValueError("param_remainders is the distributed optimizer's (Apex DistributedFusedAdam, "
                                  "Megatron's precision-aware optimizer): turn distributed_optimizer on, or "
                                  "param_remainders off")
@@ -219,7 +220,7 @@ class TrainingSpec(BaseModel):
         if self.precision != "bf16-master":
             raise ValueError(f"fp8_params keeps fp32 master weights in the optimizer: use precision bf16-master, "
                              f"got {self.precision}")
-        if not (self.distributed_optimizer or self.zero_stage >= 1):
+        if not sharded_optimizer:
             raise ValueError("fp8_params (--fp8-param-gather) gathers fp8 weights from the distributed optimizer: "
                              "turn distributed_optimizer on (or zero_stage >= 1), or fp8_params off")
         if self.lora_rank:
