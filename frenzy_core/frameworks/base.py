@@ -80,6 +80,10 @@ class Recipe:
     # one FlatParameter, whose gradient spans every parameter in it, frozen ones too (use_orig_params); no_sync keeps
     # the unsharded flat gradients through gradient accumulation (docs/memory.md, "FSDP1"; frenzy_core/frameworks/fsdp1.py)
     fsdp1_flat_parameters: bool = False
+    # a tied embedding / head matrix receives two gradients, the head's early in backward and the lookup's last; the
+    # engine sums them in the AccumulateGrad node's InputBuffer before `.grad` exists (plain `.grad` stacks: True;
+    # memory.states.tied_embedding_gradient_bytes)
+    tied_gradients_meet_in_input_buffer: bool = False
 
     def precision_setup(self, precision: str, training: Any = None) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision` (and, given the run's

@@ -37,6 +37,9 @@ RECIPE = replace(
     name="deepspeed",
     describes="DeepSpeed ZeRO 1/2/3 with bf16 enabled and the default bucket sizes",
     autocast=False,  # bf16: the engine casts the module (engine.py _configure_distributed_model: module.bfloat16())
+    # its gradient hooks copy each gradient into the ipg bucket as it is accumulated: not the plain-`.grad` moment of
+    # memory.states.tied_embedding_gradient_bytes
+    tied_gradients_meet_in_input_buffer=False,
     residual_in_compute_dtype=True,
     # stage_1_and_2.py backward(): ipg_buffer = torch.empty(reduce_bucket_size, dtype=param dtype)
     reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,

@@ -43,6 +43,10 @@ RECIPE = replace(
     # fusions/fused_bias_swiglu.py SwiGLUFunction.forward `ctx.save_for_backward(input_for_backward)`, fc1's
     # output only; its backward recomputes SiLU (swiglu_back). Read at NVIDIA/Megatron-LM@00caa53a.
     fused_swiglu=True,
+    # a tied weight's two bf16 contributions also meet in autograd's InputBuffer, but the grad-accumulation hook
+    # (distributed_data_parallel.py _make_backward_post_hook) moves them into the fp32 main_grad buffer: not the
+    # plain-`.grad` moment memory.states.tied_embedding_gradient_bytes counts (left out, unmeasured)
+    tied_gradients_meet_in_input_buffer=False,
 )
 
 

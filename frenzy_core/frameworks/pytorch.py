@@ -32,6 +32,7 @@ RECIPE = Recipe(
     grads_alive_at_peak=False,
     reduce_bucket_elements=0,
     max_live_parameters=0,
+    tied_gradients_meet_in_input_buffer=True,
 )
 
 FRAMEWORK = Framework(

@@ -8,7 +8,7 @@ component, the terms alive in it (their bytes come from `_stage_terms`, one func
 there); `_detailed` takes the largest phase on the most loaded pipeline stage, never their sum.
 
 >>> [phase.name for phase in PHASES]
-['optimizer-step', 'backward-start', 'backward-recompute', 'unit-gradient']
+['optimizer-step', 'backward-end', 'backward-start', 'backward-recompute', 'unit-gradient']
 >>> PHASES[0].activations  # the step runs after the last backward: no activation is alive
 ()
 """
@@ -42,6 +42,7 @@ from frenzy_core.memory.states import (
     gradient_bucket_bytes,
     optimizer_step_terms,
     stage_model_states,
+    tied_embedding_gradient_bytes,
 )
 from frenzy_core.memory.step import Step, step_context
 from frenzy_core.models import ModelSpec
@@ -82,6 +83,17 @@ PHASES = (
           logits=(),
           transient=("optimizer_step_temporary", "moe_run_buffers"),
           stream_pools=("idle_pools_at_step",)),
+    # End of backward (states.tied_embedding_gradient_bytes): the lookup's gradient of a tied embedding beside the
+    # head's, waiting to be summed, and every other gradient; the activations and the loss are gone.
+    Phase("backward-end",
+          weights=("weights",),
+          gradients=("gradients_at_step",),
+          optimizer=("optimizer_states",),
+          activations=(),
+          logits=(),
+          transient=("tied_embedding_gradient", "moe_run_buffers"),
+          stream_pools=("idle_pools_at_step",),
+          requires="tied_embedding_gradient"),
     # Start of backward, step >= 2: Adam states exist, gradients where they persist; every micro-batch in flight
     # holds its activations; the loss' buffers (or the head's gradient after them) and the weight copies.
     Phase("backward-start",
@@ -191,9 +203,11 @@ def _stage_terms(step: Step, shared: dict, model: ModelSpec, training: TrainingS
     acts = stage_activation_terms(step, model, training, stage, stage_count, layers, shared["footprints"],
                                   shared["micro_batch_inputs"])
     states = stage_model_states(step, model, training, last, layers, parameters)
-    # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes)
+    # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes); a run
+    # that does not shard (ZeRO below 3, or one rank) never calls fully_shard
+    fsdp_shard = step.shard if step.zero >= 3 else 1.0
     reduce_scatter_pool, all_gather_pool = side_stream_pool_bytes(model, step.recipe, step.ps, states.gradients,
-                                                                  step.t, step.p, stage, step.shard, step.e)
+                                                                  step.t, step.p, stage, fsdp_shard, step.e)
     gradients_at_step, step_temporary = optimizer_step_terms(step, training, states)
     gradients_in_backward = backward_gradients(step, states.gradients, states.accumulated_gradients)
     copies_at_loss, recomputed_copies = stage_weight_copies(step, model, training, stage, last, castable, layers,
@@ -206,6 +220,7 @@ def _stage_terms(step: Step, shared: dict, model: ModelSpec, training: TrainingS
         "gradients_in_backward": gradients_in_backward,
         "optimizer_step_temporary": step_temporary,
         "gradient_bucket": gradient_bucket_bytes(step),
+        "tied_embedding_gradient": tied_embedding_gradient_bytes(step, model, training, last),
         "fsdp1_unit_gradient": states.unit_gradient,
         # pipeline.py: activations of the layers in flight, the micro-batches' inputs, per-stage tables
         "layer_activations": acts["layer_activations"],

@@ -80,10 +80,14 @@ def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup,
     `all_gather_state` until the next copy-out, so the pool peaks at the root unit's output (embedding, final norm
     and head, gathered first) beside the first block's output and input shard. The caching allocator hands a freed
     block only to the stream that allocated it (c10/cuda/CUDACachingAllocator.cpp get_free_block: block->stream),
-    so these bytes stay reserved when the default stream peaks. Zero for recipes without side-stream pools.
+    so these bytes stay reserved when the default stream peaks. Zero for recipes without side-stream pools, and where
+    nothing is sharded (`shard` 1, which the caller also passes below ZeRO-3: torchtitan applies fully_shard only
+    when dp_shard x cp > 1, parallelize_llama `if parallel_dims.fsdp_enabled`; torchtune's single-device recipes
+    never call it).
     """
     if not recipe.side_stream_pools:
         return 0.0 * grads, 0.0 * grads
+    sharded = np.asarray(shard) > 1
     last = stage == p - 1
     # the root unit: every parameter outside the blocks (torchtitan fully_shard(model) last): the word embedding
     # and learned positions on the first stage, the final norm and the head (a tied one: the same matrix) on the last
@@ -93,7 +97,7 @@ def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup,
     dense_layer, moe_layer = _layer_weights(model, t, ep)
     layer = np.maximum(dense_layer, moe_layer) if model.is_moe else dense_layer
     all_gather = (np.maximum(root, layer) + layer + layer / shard) * ps.activation_bytes
-    return grads, all_gather
+    return np.where(sharded, grads, 0.0), np.where(sharded, all_gather, 0.0)
 
 
 def _idle_pools(reduce_scatter_pool, all_gather_pool, alive_grads):

@@ -289,6 +289,30 @@ def backward_gradients(step: Step, gradients, accumulated=None):
     return gradients if grads_persist else np.where(step.micro_batches > 1, gradients, 0.0)
 
 
+def tied_embedding_gradient_bytes(step: Step, model: ModelSpec, training: TrainingSpec, last):
+    """Bytes beyond `gradients_at_step` when a tied embedding / head matrix gets its last gradient, at the end of
+    backward, beside every other gradient.
+
+    The matrix feeds two ops, so its AccumulateGrad node gets two gradients, summed in that node's InputBuffer
+    (torch/csrc/autograd/input_buffer.cpp `accumulate`) before `.grad` exists. The head's arrives early as a
+    transposed view (F.linear's weight gradient: TBackward of mm's [h, V] result), and waits through the whole
+    backward; the lookup's backward, the last op (aten `embedding_dense_backward`: a dense V x h matrix in the
+    weight's dtype), makes the second. The view shares its storage with its base, so `can_accumulate_inplace`
+    refuses it and the sum is out of place: three V x h / t matrices at once (measured on real CPU tensors: one
+    `aten::add` of V x h in the backward, tests/test_memory_phases.py). The sum becomes `.grad` (plain stacks: it is
+    the matrix's own share of `gradients_at_step`) or is folded into a persistent fp32 main grad (a master copy:
+    all three are extra). Zero untied (the lookup's gradient is the embedding's own `.grad`), with a frozen
+    embedding (LoRA), with the embedding and the head on different stages (p > 1: each stage has its own copy),
+    under ZeRO / FSDP (gradients leave per bucket or unit), and for stacks whose hooks take each gradient away
+    (`Recipe.tied_gradients_meet_in_input_buffer`)."""
+    if not (step.recipe.tied_gradients_meet_in_input_buffer and model.tie_embeddings) or training.lora_rank \
+            or step.zero >= 1:
+        return 0.0 * step.p
+    matrix = model.vocab_size * model.hidden_size / step.t
+    stolen = 0.0 if step.ps.master_bytes > 0 else matrix * step.ps.grad_bytes  # the sum is the matrix's `.grad`
+    return np.where((step.p == 1) & last, 3 * matrix * step.ps.param_bytes - stolen, 0.0)
+
+
 # --- the trained tensors (paged optimizers, optimizer in backward) -------------------------------------------------
 BNB_PAGED_MIN_ELEMENTS = 100_000  # bitsandbytes get_state_buffer: `p.numel() < 1e5` stays a plain GPU tensor
 
