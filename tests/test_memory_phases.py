@@ -8,7 +8,9 @@ from dataclasses import replace
 import pytest
 
 from frenzy_core.memory import NO_OVERHEAD, PHASES, phase_components, predict_memory, stage_terms
+from frenzy_core.memory.loss import chunked_head_gradient_bytes
 from frenzy_core.memory.phases import PHASE_COMPONENTS
+from frenzy_core.memory.step import step_context
 from frenzy_core.models import ModelSpec
 from frenzy_core.training import Parallelism, TrainingSpec
 
@@ -231,3 +233,49 @@ def test_side_stream_pools_only_where_fully_shard_runs():
     sharded = training.model_copy(update={"zero_stage": 3})
     two = stage_terms(TINY, sharded, Parallelism(dp=2))
     assert two["idle_pools_in_backward"] > 0
+
+
+def _adds_in_backward(chunks: int, tied: bool) -> list[tuple[str, int, int]]:
+    """(op, calls, bytes allocated) of the additions real autograd makes while a V x h weight, used by `chunks`
+    F.linear calls (and by an embedding lookup when `tied`), gets its gradient: CPU tensors, torch.profiler."""
+    torch = pytest.importorskip("torch")
+    from torch.nn import functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    vocab, width = 4096, 64
+    weight = torch.randn(vocab, width, dtype=torch.bfloat16, requires_grad=True)
+    ids, targets = torch.randint(0, vocab, (1, 32)), torch.randint(0, vocab, (1, 32))
+    x = F.embedding(ids, weight) * 2 if tied else torch.randn(1, 32, width, dtype=torch.bfloat16, requires_grad=True)
+    logits = [F.linear(chunk, weight) for chunk in x.chunk(chunks, dim=1)]
+    loss = sum(F.cross_entropy(c.float().view(-1, vocab), t.reshape(-1))
+               for c, t in zip(logits, targets.chunk(chunks, dim=1), strict=True))
+    del logits
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss.backward()
+    return sorted((e.key, e.count, e.cpu_memory_usage) for e in prof.key_averages()
+                  if e.key in ("aten::add", "aten::add_"))
+
+
+def test_a_weights_gradient_views_are_summed_out_of_place_once():
+    """What chunked_head_gradient_bytes and tied_embedding_gradient_bytes assume about autograd's InputBuffer:
+    F.linear's weight gradient is a transposed view, so the first sum of two is a new V x h tensor and every later
+    contribution is added into it in place."""
+    matrix = 4096 * 64 * 2  # bf16
+    assert _adds_in_backward(4, tied=False) == [("aten::add", 1, matrix), ("aten::add_", 2, 0)]
+    assert _adds_in_backward(1, tied=True) == [("aten::add", 1, matrix)]  # head view + lookup: out of place
+    assert _adds_in_backward(4, tied=True) == [("aten::add", 1, matrix), ("aten::add_", 3, 0)]
+
+
+def test_chunked_head_gradients_by_hand():
+    """torchtune's head per logit chunk (k = 4, bf16 params, compiled bf16 loss): at chunk 2's head backward two
+    unreached chunks keep their saved bf16 logits, chunks 1 and 2 their V x h gradient views plus the sum, and
+    chunk 2 its logit and input gradients."""
+    s, k = 64, 4
+    training = TrainingSpec(seq_len=s, global_batch=1, micro_batch=1, precision="bf16", framework="torchtune",
+                            optimizer="adamw-fused", loss_chunks=k, loss_dtype="bf16")
+    step = step_context(TIED, training, 1, 1, 1, 1)
+    V, h, BF16 = 16384, 64, 2
+    expected = (k - 2) / k * s * V * BF16 + 3 * V * h * BF16 + s / k * BF16 * (V + h)
+    assert float(chunked_head_gradient_bytes(step, TIED, training)) == expected
+    # the tied lookup's gradient at the end is added in place into that sum: one matrix beyond `.grad`
+    assert stage_terms(TIED, training)["tied_embedding_gradient"] == V * h * BF16

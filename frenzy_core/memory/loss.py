@@ -146,9 +146,12 @@ def chunked_head_gradient_bytes(step: Step, model: ModelSpec, training: Training
     torchtune (pytorch/torchtune@1814feb1) modules/transformer.py TransformerDecoder.chunked_output applies the head
     to each of the k chunks, so its backward runs k times, once after each chunk's loss backward: chunk j's matmul
     forms a V x h weight gradient (the parameter's dtype: bf16 params, no autocast) that autograd adds to the sum
-    of the earlier chunks' (torch/csrc/autograd/input_buffer.cpp InputBuffer::add: the two exist while they are
-    added), while the k - j chunks not reached yet keep their saved log-softmax. For j >= 2: the sum and the new
-    gradient (2 x V h), the (k - 2) / k of the loss' saved tensors, and chunk j's logit gradient and input gradient.
+    of the earlier chunks' (torch/csrc/autograd/input_buffer.cpp `accumulate`), while the k - j chunks not reached
+    yet keep their saved log-softmax. Each chunk's gradient is a transposed view (F.linear's weight gradient: TBackward
+    of mm's [h, V] result), which `can_accumulate_inplace` refuses: at j = 2 both are views and the sum is out of
+    place, three V x h at once; from j = 3 on the sum is a fresh tensor and the add is in place (two). Measured on
+    real CPU tensors: 4 chunks give one `aten::add` of V x h and two `aten::add_` (tests/test_memory_phases.py). So
+    at j = 2: 3 x V h, the (k - 2) / k of the loss' saved tensors, and chunk j's logit gradient and input gradient.
     """
     k = training.loss_chunks
     if not step.recipe.chunked_output_head or k < 2 or training.lora_rank:
@@ -156,7 +159,7 @@ def chunked_head_gradient_bytes(step: Step, model: ModelSpec, training: Training
     V, h, t = model.vocab_size, model.hidden_size, step.t
     saved_per_logit = BF16_BYTES if training.loss_dtype == "bf16" else FP32_BYTES  # each chunk's saved log-softmax
     unreached_chunks = (k - 2) / k * step.tokens * V / t * saved_per_logit
-    weight_gradients = 2 * V * h / t * step.ps.param_bytes  # the running sum and chunk j's own
+    weight_gradients = 3 * V * h / t * step.ps.param_bytes  # chunk 1's and chunk 2's views, and their sum
     chunk_gradients = step.tokens / k * step.act * (V / t + h)  # d logits of chunk j, d its input
     return unreached_chunks + weight_gradients + chunk_gradients
 

@@ -299,7 +299,9 @@ def tied_embedding_gradient_bytes(step: Step, model: ModelSpec, training: Traini
     backward; the lookup's backward, the last op (aten `embedding_dense_backward`: a dense V x h matrix in the
     weight's dtype), makes the second. The view shares its storage with its base, so `can_accumulate_inplace`
     refuses it and the sum is out of place: three V x h / t matrices at once (measured on real CPU tensors: one
-    `aten::add` of V x h in the backward, tests/test_memory_phases.py). The sum becomes `.grad` (plain stacks: it is
+    `aten::add` of V x h in the backward, tests/test_memory_phases.py). A head run per logit chunk (torchtune's
+    chunked output) has summed its own views into a fresh tensor by then, and the lookup's gradient is added in
+    place: two matrices (memory.loss.chunked_head_gradient_bytes). The sum becomes `.grad` (plain stacks: it is
     the matrix's own share of `gradients_at_step`) or is folded into a persistent fp32 main grad (a master copy:
     all three are extra). Zero untied (the lookup's gradient is the embedding's own `.grad`), with a frozen
     embedding (LoRA), with the embedding and the head on different stages (p > 1: each stage has its own copy),
@@ -309,8 +311,10 @@ def tied_embedding_gradient_bytes(step: Step, model: ModelSpec, training: Traini
             or step.zero >= 1:
         return 0.0 * step.p
     matrix = model.vocab_size * model.hidden_size / step.t
+    chunked_head = step.recipe.chunked_output_head and training.loss_chunks >= 2
+    alive = 2 if chunked_head else 3  # the two gradients (and their out-of-place sum when the head's is a view)
     stolen = 0.0 if step.ps.master_bytes > 0 else matrix * step.ps.grad_bytes  # the sum is the matrix's `.grad`
-    return np.where((step.p == 1) & last, 3 * matrix * step.ps.param_bytes - stolen, 0.0)
+    return np.where((step.p == 1) & last, alive * matrix * step.ps.param_bytes - stolen, 0.0)
 
 
 # --- the trained tensors (paged optimizers, optimizer in backward) -------------------------------------------------
