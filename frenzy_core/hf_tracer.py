@@ -1,7 +1,8 @@
 """Trace the peak memory of the real Hugging Face `transformers` models, the way frenzy_core.tracer traces ours.
 
-`trace_hf_peak(config, training)` builds GPT2LMHeadModel / LlamaForCausalLM / Qwen2ForCausalLM /
-MistralForCausalLM from a config.json dict (no weights), and runs the same two training steps as
+`trace_hf_peak(config, training)` builds the transformers class of `HF_ARCHITECTURES` (GPT-2, Llama, Qwen2/3,
+Mistral, Gemma-2/3, Phi-3, OLMo-2; Mixtral, Qwen3-MoE and DeepSeek-V2/V3 on real tensors) from a config.json dict
+(no weights), and runs the same two training steps as
 `frenzy_core.tracer.trace_peak` (loss via `labels=`, AdamW, `zero_grad(set_to_none=True)`) under `FakeTensorMode`
 on device "cpu", counting live storages with the tracer's own tracker and optimizers. What the CPU build does
 differently from CUDA is neutralised so that the count is what a GPU would allocate (docs/memory.md, "Tracing the
@@ -38,7 +39,20 @@ HF_ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
+# MoE models are traced on real CPU tensors: their experts run torch._grouped_mm (transformers
+# integrations/moe.py grouped_mm_experts_forward), whose fake-tensor kernel checks the dtypes a CUDA kernel needs.
+# The routing does not move the peak (tokens x top-k rows are sorted and multiplied whatever the experts chosen:
+# seeds 0-2 give the same bytes), so real tensors are deterministic here; this many parameters at most.
+REAL_TENSOR_MAX_PARAMETERS = 400_000_000
+MLA_TYPES = ("deepseek_v2", "deepseek_v3")
 # The config fields that carry dropout probabilities in each family (GPT-2: embeddings, residual, attention;
 # Llama/Qwen2/Mistral: attention only, they have no other dropout).
 DROPOUT_FIELDS = {
@@ -48,6 +62,13 @@ DROPOUT_FIELDS = {
     "mistral": ("attention_dropout",),
     "qwen3": ("attention_dropout",),
     "gemma2": ("attention_dropout",),
+    "gemma3_text": ("attention_dropout",),
+    "phi3": ("attention_dropout", "resid_pdrop", "embd_pdrop"),
+    "olmo2": ("attention_dropout",),
+    "mixtral": ("attention_dropout",),
+    "qwen3_moe": ("attention_dropout",),
+    "deepseek_v2": ("attention_dropout",),
+    "deepseek_v3": ("attention_dropout",),
 }
 ATTENTION_IMPLEMENTATION = {"eager": "eager", "flash": "sdpa"}
 # The CPU/CUDA differences cuda_semantics() neutralises (module docstring, items 1-4); all of them by default.
@@ -86,7 +107,7 @@ def trace_hf_peak(
 ) -> tracer.TraceResult:
     """Peak bytes of `tracer.TRAINING_STEPS` training steps of the transformers model that `config` describes.
 
-    `config` is a config.json dict (model_type gpt2, llama, qwen2 or mistral); `training` gives the batch, the
+    `config` is a config.json dict (a model_type of HF_ARCHITECTURES; MoE ones need fake=False); `training` gives the batch, the
     precision (amp: fp32 params + bf16 autocast; bf16-master: Megatron-style masters, as in frenzy_core.tracer),
     the optimizer, eager or flash (SDPA) attention and the dropout probability set on every dropout of the model.
     `fake=False` runs real CPU tensors (tiny models only); `neutralise` names the CPU/CUDA differences to remove
@@ -95,7 +116,7 @@ def trace_hf_peak(
     """
     torch = tracer._import_torch()
     transformers = _import_transformers()
-    _check(config, training)
+    _check(config, training, fake)
     b = training.micro_batch
     accumulation = training.global_batch // b
 
@@ -148,13 +169,27 @@ def _import_transformers():
     return transformers
 
 
-def _check(config: dict, training: TrainingSpec) -> None:
+def _check(config: dict, training: TrainingSpec, fake: bool = True) -> None:
     if not isinstance(config, dict) or config.get("model_type") not in HF_ARCHITECTURES:
         got = config.get("model_type") if isinstance(config, dict) else type(config).__name__
         raise SpecError("model_type", f"the HF tracer builds {', '.join(HF_ARCHITECTURES)}; got {got!r}")
     model = model_spec_of(config)  # validates the shape, names the bad field
-    if model.is_moe:
-        raise SpecError("model", "the HF tracer builds dense models only")
+    if model.is_moe and fake:
+        raise SpecError("fake", "an MoE model's experts run torch._grouped_mm, whose fake-tensor kernel refuses "
+                                "CPU dtypes: trace it with fake=False (real CPU tensors, small models)")
+    if model.is_moe and training.precision != "bf16-master":
+        # torch 2.13 registers no autocast kernel for _grouped_mm (CUDA or CPU): under amp the CPU build
+        # multiplies fp32 experts where CUDA's bf16-only kernel would refuse them, so the trace would not be a GPU's
+        raise SpecError("precision", "MoE models are traced with bf16 parameters only (precision bf16-master): "
+                                     "_grouped_mm has no autocast policy")
+    if not fake and model.parameter_count() > REAL_TENSOR_MAX_PARAMETERS:
+        raise SpecError("model", f"{model.parameter_count():,} parameters on real CPU tensors; at most "
+                                 f"{REAL_TENSOR_MAX_PARAMETERS:,} (narrow the model: fewer layers, experts or vocab)")
+    if config["model_type"] in MLA_TYPES and training.attention == "flash":
+        # MLA's q/k head dim (nope + rope) is not v's: CUDA SDPA cannot run flash and takes the memory-efficient
+        # kernel, the CPU build its math fallback with s x s scores; the trace would not be a GPU's
+        raise SpecError("attention", "DeepSeek's MLA (q/k head dim != v head dim) runs a different SDPA kernel on "
+                                     "CPU than on CUDA: trace it with eager")
     if model.position_kind == "learned" and training.seq_len > model.max_positions:
         raise SpecError("seq_len", f"{training.seq_len} exceeds the model's max_positions ({model.max_positions})")
     if training.global_batch % training.micro_batch:

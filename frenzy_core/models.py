@@ -557,6 +557,11 @@ def _full_attention_every(config: dict, default_pattern: int, need) -> int:
                     "are supported; give the model as a --spec file")
 
 
+# transformers/models/gemma2/configuration_gemma2.py Gemma2Config (v5.24): attn_logit_softcapping=50.0,
+# final_logit_softcapping=30.0
+_GEMMA2_SOFTCAPS = (50.0, 30.0)
+
+
 def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a parsed Hugging Face config.json (see SUPPORTED_MODEL_TYPES).
 
@@ -620,9 +625,12 @@ def model_from_hf_config(config: dict, name: str | None = None) -> ModelSpec:
             fields["moe_top_k"] = config.get("num_experts_per_tok", 2)
         if mtype in ("gemma2", "gemma3_text"):
             # Gemma2Attention / Gemma3Attention: head_dim from the config, not h / a; four norms per layer.
+            # A config.json without the soft-capping keys gets the config class' defaults, as transformers builds
+            # it (Gemma2Config: 50.0 and 30.0; Gemma3TextConfig: None and None); an explicit null turns it off.
+            caps = _GEMMA2_SOFTCAPS if mtype == "gemma2" else (None, None)
             fields.update(head_size=need("head_dim"), norm_placement="sandwich",
-                          attn_logit_softcapping=config.get("attn_logit_softcapping"),
-                          final_logit_softcapping=config.get("final_logit_softcapping"))
+                          attn_logit_softcapping=config.get("attn_logit_softcapping", caps[0]),
+                          final_logit_softcapping=config.get("final_logit_softcapping", caps[1]))
             if config.get("sliding_window") is not None:
                 fields["sliding_window"] = config["sliding_window"]
                 fields["full_attention_every"] = _full_attention_every(config, 2 if mtype == "gemma2" else 6, need)

@@ -106,11 +106,14 @@ def unfused_norm_extra(model: ModelSpec, recipe: Recipe, width: int, input_bytes
     `weight * (x * rsqrt(...)).to(input_dtype)`: the fp32 copy (the input itself when it is fp32) and the normalised
     tensor in the input's dtype: FP32 x width more than input + rstd. Gemma2RMSNorm / Gemma3RMSNorm.forward:
     `self._norm(x.float()) * (1.0 + self.weight.float())`: the fp32 copy and the fp32 normalised tensor, while the
-    input itself is not kept: (2 FP32 - input) x width. Gemma-2/3 are the sandwich-norm families.
+    input itself is not kept: (2 FP32 - input) x width. Gemma-2/3 are the sandwich-norm families. Olmo2RMSNorm.forward
+    (transformers 5.24 models/olmo2/modeling_olmo2.py) casts after the weight, `(self.weight * hidden_states)
+    .to(input_dtype)`: the product is fp32 and MulBackward keeps the fp32 normalised tensor for the weight's
+    gradient, the same (2 FP32 - input) x width; OLMo-2 is the post-norm family.
     """
     if not (recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm"):
         return 0.0
-    if model.norm_placement == "sandwich":  # Gemma's (1 + weight) norm, computed in fp32
+    if model.norm_placement in ("sandwich", "post"):  # the weight multiplies in fp32 (Gemma's 1 + weight, OLMo-2's)
         return (2 * FP32_BYTES - input_bytes) * width
     return FP32_BYTES * width
 
