@@ -199,10 +199,45 @@ def _check(config: dict, training: TrainingSpec, fake: bool = True) -> None:
     if config["model_type"] == "gemma2" and training.attention == "flash":
         # modeling_gemma2.py Gemma2PreTrainedModel: _supports_sdpa = False (SDPA cannot soft-cap the scores)
         raise SpecError("attention", "transformers' Gemma2 has no SDPA path (soft-capping); trace it with eager")
-    if training.precision not in ("amp", "bf16-master"):
+    if training.lora_rank:
+        _check_lora(config, training, fake)
+    elif training.precision not in ("amp", "bf16-master"):
         raise SpecError("precision", f"the HF tracer supports amp and bf16-master, got {training.precision!r}")
     if training.optimizer not in ("adamw", "adamw-fused"):
         raise SpecError("optimizer", f"the HF tracer supports adamw and adamw-fused, got {training.optimizer!r}")
+
+
+# PEFT LoRA (training.lora_rank): the module names of LORA_LINEARS in the Llama-style families
+PEFT_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
+                "down": "down_proj", "head": "lm_head"}
+PEFT_MODEL_TYPES = ("llama", "qwen2", "mistral", "qwen3")
+
+
+def _check_lora(config: dict, training: TrainingSpec, fake: bool) -> None:
+    """What the PEFT trace supports: a bf16 base without autocast (get_peft_model's default fp32 adapters), real
+    tensors (PEFT moves each new adapter to its base layer's device with Module.to, which fake tensors cannot swap),
+    Llama-style module names, plain LoRA without a quantised base."""
+    if config["model_type"] not in PEFT_MODEL_TYPES:
+        raise SpecError("model_type", f"the PEFT trace names Llama-style linears; use one of {PEFT_MODEL_TYPES}")
+    if training.precision != "bf16":
+        raise SpecError("precision", "the PEFT trace runs a bf16 base without autocast: precision bf16")
+    if fake:
+        raise SpecError("fake", "PEFT's adapter placement cannot run on fake tensors: trace LoRA with fake=False")
+    if training.base_quant != "none" or training.lora_variant != "lora":
+        raise SpecError("base_quant", "the PEFT trace runs plain LoRA on an unquantised base")
+
+
+def _peft_model(torch, model, training: TrainingSpec):
+    """peft.get_peft_model with the training's rank, targets and dropout (lora_alpha 2r: it scales, it stores
+    nothing), autocast_adapter_dtype left at its default (True: fp32 adapters on the bf16 base)."""
+    try:
+        import peft
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("tracing LoRA needs peft: pip install peft") from err
+    targets = sorted(PEFT_MODULES[n] for n in training.lora_target_set)
+    config = peft.LoraConfig(r=training.lora_rank, lora_alpha=2 * training.lora_rank, target_modules=targets,
+                             lora_dropout=training.lora_dropout, bias="none", task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, config)
 
 
 def _run_hf_steps(torch, transformers, tracker, config: dict, training: TrainingSpec, b: int, accumulation: int) -> None:
@@ -212,7 +247,14 @@ def _run_hf_steps(torch, transformers, tracker, config: dict, training: Training
     vocab = config["vocab_size"]
     with torch.device("cpu"):
         model = build_hf_model(torch, transformers, config, training)
-    optimizer = tracer._make_optimizer(torch, model, training, amp)
+        if training.lora_rank:
+            model = _peft_model(torch, model, training)
+    if training.lora_rank:  # AdamW on the adapters, moments in their dtype; zero_grad(set_to_none=True)
+        kwargs = {"foreach": True} if training.optimizer == "adamw" else {"fused": True}
+        optimizer = tracer._AmpOptimizer(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                                           **kwargs))
+    else:
+        optimizer = tracer._make_optimizer(torch, model, training, amp)
     for step in range(1, tracer.TRAINING_STEPS + 1):
         for _ in range(accumulation):
             tracker.phase = f"step{step}:forward"

@@ -94,11 +94,18 @@ def test_under_autocast_each_separate_targeted_linear_keeps_its_own_cast_of_the_
 
 # --- dropout and DoRA (peft/tuners/lora/layer.py Linear.forward, dora.py) ----------------------------------------
 def test_dropout_on_separate_q_and_v_keeps_a_mask_and_a_copy_per_adapter():
-    # hf: separate q_proj / v_proj, each adapter its own nn.Dropout. Without dropout lora_A keeps x (bf16, 2h, one
-    # storage for both); with it each keeps its dropped copy (2h) and a bool mask (h): 2 x 3h - 2h = 4h per token
+    # hf: separate q_proj / v_proj, each adapter its own nn.Dropout, and PEFT's fp32 adapters on the bf16 base:
+    # each casts x to fp32 first. Without dropout each lora_A keeps its fp32 cast (4h, two of them: 8h); with it
+    # each keeps its fp32 dropped copy (4h) and a bool mask (h): 2 x 5h - 8h = 2h per token
     plain = _layer_bytes(framework="hf", lora_targets="q,v")
     dropped = _layer_bytes(framework="hf", lora_targets="q,v", lora_dropout=0.05)
-    assert dropped - plain == 4 * H
+    assert dropped - plain == 2 * H
+    # the same casts by hand: q and v's two fp32 copies of x stand where one bf16 x would (the base keeps none)
+    from frenzy_core.memory.adapters import lora_layer_terms
+
+    training = TrainingSpec(**{**BASE, "lora_targets": "q,v"})
+    assert lora_layer_terms(TINY, training, BF16, FFN, False, True, True, cast_bytes=4).qkv_input == 2 * 4 * H
+    assert lora_layer_terms(TINY, training, BF16, FFN, False, True, True).qkv_input == BF16 * H
 
 
 def test_dropout_on_a_fused_qkv_is_one_copy():

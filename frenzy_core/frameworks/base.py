@@ -84,6 +84,9 @@ class Recipe:
     # engine sums them in the AccumulateGrad node's InputBuffer before `.grad` exists (plain `.grad` stacks: True;
     # memory.states.tied_embedding_gradient_bytes)
     tied_gradients_meet_in_input_buffer: bool = False
+    # LoRA adapters in fp32 on a 16-bit base (PEFT's autocast_adapter_dtype=True): their states are fp32 and each
+    # casts its input (memory.adapters.adapter_input_cast_bytes)
+    fp32_lora_adapters: bool = False
 
     def precision_setup(self, precision: str, training: Any = None) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision` (and, given the run's

@@ -34,6 +34,9 @@ RECIPE = replace(
     # layer's F.scaled_dot_product_attention receives as attn_mask (transformers 5.24.0 src/transformers/
     # masking_utils.py create_causal_mask, sdpa_mask, _non_vmap_expansion_sdpa)
     packed_mask_materialised=True,
+    # peft 0.21.2 get_peft_model(autocast_adapter_dtype=True, the default): a bf16 base gets fp32 adapters, and
+    # LoRA's Linear.forward casts x to them (memory.adapters.adapter_input_cast_bytes)
+    fp32_lora_adapters=True,
 )
 
 def attention_kernel(training, compute_capability: tuple[int, int]) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from frenzy_core.memory.adapters import lora_layer_terms
+from frenzy_core.memory.adapters import adapter_input_cast_bytes, lora_layer_terms
 from frenzy_core.memory.sizes import FP8_BYTES, FP32_BYTES, INDEX_BYTES, MASK_BYTES
 from frenzy_core.models import ModelSpec
 from frenzy_core.recipes import Recipe, block_recipe, get_recipe
@@ -116,6 +116,19 @@ def unfused_norm_extra(model: ModelSpec, recipe: Recipe, width: int, input_bytes
     if model.norm_placement in ("sandwich", "post"):  # the weight multiplies in fp32 (Gemma's 1 + weight, OLMo-2's)
         return (2 * FP32_BYTES - input_bytes) * width
     return FP32_BYTES * width
+
+
+def frozen_norm_keeps_no_output(model: ModelSpec, recipe: Recipe, training: TrainingSpec) -> bool:
+    """Whether a pre-norm RMSNorm of the unfused kind keeps nothing for its (frozen) weight under LoRA.
+
+    transformers LlamaRMSNorm.forward (Qwen2/3, Mistral, Phi-3, DeepSeek alike) `self.weight *
+    hidden_states.to(input_dtype)`, torchtune RMSNorm `x_normed * self.scale`: MulBackward keeps the normalised
+    tensor only for the weight's gradient (autograd saves an operand only when the other input's gradient needs
+    it), and LoRA freezes the norms: of the norm, only the fp32 copy and rstd remain (the `norm_input` slot goes).
+    Not Gemma's or OLMo-2's fp32 products (`unfused_norm_extra` counts those otherwise), nor LitGPT's
+    (`weight_kept_normed_bytes`), nor fused norms (which keep their input for the input's own gradient)."""
+    return bool(training.lora_rank) and recipe.unfused_rmsnorm and model.norm_kind == "rmsnorm" \
+        and model.norm_placement == "pre" and not recipe.rmsnorm_weight_keeps_normed
 
 
 def weight_kept_normed_bytes(model: ModelSpec, recipe: Recipe, training: TrainingSpec, width: int,
@@ -415,7 +428,8 @@ def _with_lora(model: ModelSpec, training: TrainingSpec, recipe: Recipe, cx: _La
     """The blocks with LoRA's adapters (`lora_layer_terms`): the linears' kept inputs and the adapters' tensors."""
     lora = lora_layer_terms(model, training, cx.act, mlp.routing.inner, cx.autocast_inputs, cx.separate_qkv,
                             recipe.separate_projections or recipe.separate_mlp_linears,
-                            zero_pad=recipe.lora_qkv_zero_pad)
+                            zero_pad=recipe.lora_qkv_zero_pad,
+                            cast_bytes=adapter_input_cast_bytes(recipe, cx.act, cx.autocast_inputs))
     split = attention.split + lora.attention_extra
     if training.attention == "eager" and not model.is_mla and not lora.o_input_kept:
         split -= cx.act * model.attention_output_dim  # the context copy only the output projection kept
@@ -423,6 +437,8 @@ def _with_lora(model: ModelSpec, training: TrainingSpec, recipe: Recipe, cx: _La
                         qkv_input=attention.qkv_input if lora.qkv_input is None else lora.qkv_input)
     mlp = replace(mlp, inner_bytes=mlp.inner_bytes + lora.mlp_extra,
                   fc1_input=mlp.fc1_input if lora.fc1_input is None else lora.fc1_input)
+    if frozen_norm_keeps_no_output(model, recipe, training):
+        attention, mlp = replace(attention, norm_input=0.0), replace(mlp, norm_input=0.0)
     return attention, mlp
 
 

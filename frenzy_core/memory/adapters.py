@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from frenzy_core.memory.sizes import MASK_BYTES
+from frenzy_core.memory.sizes import FP32_BYTES, MASK_BYTES
 from frenzy_core.models import ModelSpec
+from frenzy_core.recipes import Recipe
 from frenzy_core.training import PrecisionSetup, TrainingSpec
 
 
@@ -72,7 +73,8 @@ def base_keeps_inputs(training: TrainingSpec) -> bool:
 
 
 def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: int, autocast_inputs: bool,
-                     separate_qkv: bool, separate_mlp: bool, zero_pad: bool = False) -> _LoraLayerTerms:
+                     separate_qkv: bool, separate_mlp: bool, zero_pad: bool = False,
+                     cast_bytes: int = 0) -> _LoraLayerTerms:
     """What a LoRA layer keeps for backward, per token, by group of linears sharing an input.
 
     peft/tuners/lora/layer.py Linear.forward (huggingface/peft at 5d602fdb): `result = base_layer(x)` then
@@ -84,16 +86,17 @@ def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: 
     Under autocast with separate projections each targeted linear keeps its own cast of x; a fused q|k|v (or
     gate|up) linear is one adapter with one dropout (Lightning-AI/litgpt lit_gpt/lora.py LoRAQKVLinear.forward at
     8641822b: `self.lora_dropout(x)` once, then a grouped conv1d for q, k and v). `zero_pad`: LitGPT's fused adapter
-    also keeps its zero-padding source (`lora_zero_pad_source_bytes`).
+    also keeps its zero-padding source (`lora_zero_pad_source_bytes`). `cast_bytes`: PEFT's fp32 adapters cast x
+    first (`adapter_input_cast_bytes`): each keeps its own copy, none the base's x, and lora_B's input is fp32.
     """
     targets = training.lora_target_set
-    swiglu = model.mlp_kind == "swiglu"
     r, keeps, p = training.lora_rank, base_keeps_inputs(training), training.lora_dropout
-    dropped_copy = (act + MASK_BYTES) if p > 0 else 0  # per element of one adapter's input: dropout output + mask
-    widths = {"q": (model.hidden_size, model.q_dim), "k": (model.hidden_size, model.kv_dim),
-              "v": (model.hidden_size, model.kv_dim), "o": (model.attention_output_dim, model.hidden_size),
-              "gate": (model.hidden_size, inner), "up": (model.hidden_size, inner), "down": (inner, model.hidden_size)}
-    mlp_names = ("gate", "up", "down") if swiglu else ("up", "down")
+    own = cast_bytes or act  # the element of what an adapter keeps of its own input and of lora_A's output
+    dropped_copy = (own + MASK_BYTES) if p > 0 else 0  # per element of one adapter's input: dropout output + mask
+    kept_copy = dropped_copy or cast_bytes  # an adapter's own copy of its input, per element
+    widths = {"q": model.q_dim, "k": model.kv_dim, "v": model.kv_dim, "o": model.hidden_size, "gate": inner,
+              "up": inner, "down": model.hidden_size}
+    mlp_names = ("gate", "up", "down") if model.mlp_kind == "swiglu" else ("up", "down")
     h = model.hidden_size
 
     def group_input(names, separate: bool) -> float:
@@ -102,33 +105,46 @@ def lora_layer_terms(model: ModelSpec, training: TrainingSpec, act: int, inner: 
         copies = len(hit) if (separate and autocast_inputs and len(names) > 1) else 1
         if keeps:
             copies = max(copies, 1)
-        elif not hit or p > 0:
+        elif not hit or kept_copy:
             copies = 0
         # one fused linear (GPT-2 c_attn, LitGPT's LoRAQKVLinear: `self.lora_dropout(x)` once) has one dropout
-        adapters_with_dropout = len(hit) if separate else min(len(hit), 1)
-        return act * h * copies + dropped_copy * h * adapters_with_dropout
+        own_copies = len(hit) if separate else min(len(hit), 1)
+        return act * h * copies + kept_copy * h * own_copies
 
     def adapters(names) -> float:
         """Per targeted linear: lora_B's r-wide input; DoRA's products keep base_result and lora_result (out-wide)."""
         dora = training.lora_variant == "dora"
-        return float(sum(act * r + (2 * act * widths[n][1] if dora else 0) for n in names if n in targets))
+        return float(sum(own * r + (2 * act * widths[n] if dora else 0) for n in names if n in targets))
 
     attention_extra = adapters(("q", "k", "v", "o"))
     if zero_pad and not model.is_mla:
         attention_extra += lora_zero_pad_source_bytes(model, training, act)
-    o_kept = ("o" in targets and p == 0) or keeps
-    if "o" in targets and p > 0:
-        attention_extra += dropped_copy * model.attention_output_dim
+    o_kept = ("o" in targets and not kept_copy) or keeps
+    if "o" in targets and kept_copy:
+        attention_extra += kept_copy * model.attention_output_dim
     mlp_extra = adapters(mlp_names)
-    down_kept = ("down" in targets and p == 0) or keeps
-    if "down" in targets and p > 0:
-        mlp_extra += dropped_copy * inner
+    down_kept = ("down" in targets and not kept_copy) or keeps
+    if "down" in targets and kept_copy:
+        mlp_extra += kept_copy * inner
     if not down_kept:
         mlp_extra -= act * inner  # the down projection's input (GELU output, SwiGLU product), no longer kept
-    fc1_names = ("gate", "up") if swiglu else ("up",)
+    fc1_names = ("gate", "up") if model.mlp_kind == "swiglu" else ("up",)
     return _LoraLayerTerms(qkv_input=None if model.is_mla else group_input(("q", "k", "v"), separate_qkv),
-                           fc1_input=group_input(fc1_names, separate_mlp and swiglu), attention_extra=attention_extra, mlp_extra=mlp_extra,
-                           o_input_kept=o_kept)
+                           fc1_input=group_input(fc1_names, separate_mlp and model.mlp_kind == "swiglu"),
+                           attention_extra=attention_extra, mlp_extra=mlp_extra, o_input_kept=o_kept)
+
+
+def adapter_input_cast_bytes(recipe: Recipe, act: int, autocast_inputs: bool) -> int:
+    """The element of the copy each LoRA adapter makes of its input, 0 where it takes x as it is.
+
+    PEFT (`Recipe.fp32_lora_adapters`): peft 0.21.2 get_peft_model(..., autocast_adapter_dtype=True), the default,
+    upcasts the adapters of a bf16 / fp16 base to fp32 (tuners_utils.py `_cast_adapter_dtype`), and LoRA's
+    Linear.forward casts x to the adapter's dtype: a 4-byte copy per adapter when the base runs in bf16 without
+    autocast. Under autocast (amp: fp32 params, fp32 x) nothing is cast by PEFT (autocast's casts are
+    `autocast_inputs`)."""
+    if recipe.fp32_lora_adapters and not autocast_inputs and act < FP32_BYTES:
+        return FP32_BYTES
+    return 0
 
 
 def lora_zero_pad_source_bytes(model: ModelSpec, training: TrainingSpec, act: int) -> float:

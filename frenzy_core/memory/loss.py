@@ -11,8 +11,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from frenzy_core.memory.activations import NORM_STATS, unfused_norm_extra, weight_kept_normed_bytes
-from frenzy_core.memory.adapters import lora_head_bytes_per_token
+from frenzy_core.memory.activations import (
+    NORM_STATS,
+    frozen_norm_keeps_no_output,
+    unfused_norm_extra,
+    weight_kept_normed_bytes,
+)
+from frenzy_core.memory.adapters import base_keeps_inputs, lora_head_bytes_per_token
 from frenzy_core.memory.sizes import BF16_BYTES, FP32_BYTES, INDEX_BYTES
 from frenzy_core.models import ModelSpec
 from frenzy_core.recipes import TORCH_CROSS_ENTROPY_BYTES, Recipe
@@ -87,8 +92,13 @@ def head_activation_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
     h, tokens, sp_divisor = model.hidden_size, step.tokens, step.sp_divisor
     norm_extra = unfused_norm_extra(model, step.recipe, h, step.resid)
     norm_extra = norm_extra + weight_kept_normed_bytes(model, step.recipe, training, h, step.resid)
-    final_norm_input = tokens * (step.resid * h + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
-    head_input = tokens * step.act * h / sp_divisor  # the LM head's linear keeps its input
+    normed = 0 if frozen_norm_keeps_no_output(model, step.recipe, training) else step.resid * h
+    final_norm_input = tokens * (normed + NORM_STATS[model.norm_kind] * FP32_BYTES + norm_extra) / sp_divisor
+    # the LM head's linear keeps its input for its weight's gradient: not when LoRA freezes it (an adapter on it
+    # keeps it, and so does a quantised head whose kernel saves its input: quant_head + adapters.base_keeps_inputs)
+    quantised_keeps = training.quant_head and base_keeps_inputs(training)
+    head_frozen = training.lora_rank and "head" not in training.lora_target_set and not quantised_keeps
+    head_input = 0 if head_frozen else tokens * step.act * h / sp_divisor
     target_ids = tokens * INDEX_BYTES  # the loss keeps a contiguous copy of the shifted targets
     head_activations = final_norm_input + head_input + target_ids + held_logits_bytes(step, model)
     return head_activations + tokens * lora_head_bytes_per_token(model, training, step.act) / sp_divisor

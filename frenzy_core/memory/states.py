@@ -23,6 +23,7 @@ from frenzy_core.frameworks import get as get_framework
 from frenzy_core.memory.adapters import frozen_weight_bytes, lora_head_parameters, lora_parameters
 from frenzy_core.memory.sizes import FP8_BYTES, FP32_BYTES
 from frenzy_core.models import ModelSpec
+from frenzy_core.precision import PRECISIONS
 from frenzy_core.recipes import Recipe, run_recipe
 from frenzy_core.training import PipelineStages, PrecisionSetup, TrainingSpec
 
@@ -148,6 +149,18 @@ class StageStates:
     unit_gradient: object = 0.0
 
 
+def _adapter_states(step: Step, training: TrainingSpec) -> tuple[PrecisionSetup, float]:
+    """(precision, optimizer-state bytes per parameter) of the LoRA adapters: the run's, or fp32 where the stack
+    keeps fp32 adapters on a 16-bit base (PEFT, `Recipe.fp32_lora_adapters`: fp32 weights, gradients and AdamW
+    moments, which torch.optim creates in the parameter's dtype)."""
+    ps = step.ps
+    if not (step.recipe.fp32_lora_adapters and ps.param_bytes < FP32_BYTES):
+        return ps, step.opt_state
+    fp32 = PRECISIONS["fp32"]
+    scale = training.optimizer_bytes(fp32)[0] / training.optimizer_bytes(ps)[0] if step.opt_state else 0.0
+    return fp32, step.opt_state * scale
+
+
 def fp8_linear_parameters(step: Step, model: ModelSpec, last, castable):
     """The parameters of the stage's fp8 linears: every castable weight but the LM head (which TE leaves bf16)."""
     return castable - np.where(last, model.vocab_size * model.hidden_size / step.t, 0.0)
@@ -171,7 +184,8 @@ def stage_model_states(step: Step, model: ModelSpec, training: TrainingSpec, las
         lora = lora + np.where(last, lora_head_parameters(model, training) / t, 0.0)
         frozen = frozen_weight_bytes(model, ps, training.base_quant, params + expert_params, castable, last, t,
                                      training.quant_head)
-        weights, grads, optimizer = model_state_bytes(lora, ps, step.opt_state, step.shard_optimizer, step.shard)
+        weights, grads, optimizer = model_state_bytes(lora, *_adapter_states(step, training), step.shard_optimizer,
+                                                      step.shard)
         weights = weights + frozen / (step.shard if step.zero >= 3 else 1.0)
         params, expert_params = lora, 0.0
     if training.fp8_params:
