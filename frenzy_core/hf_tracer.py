@@ -182,8 +182,8 @@ def _check(config: dict, training: TrainingSpec, fake: bool = True) -> None:
         # multiplies fp32 experts where CUDA's bf16-only kernel would refuse them, so the trace would not be a GPU's
         raise SpecError("precision", "MoE models are traced with bf16 parameters only (precision bf16-master): "
                                      "_grouped_mm has no autocast policy")
-    if not fake and model.parameter_count() > REAL_TENSOR_MAX_PARAMETERS:
-        raise SpecError("model", f"{model.parameter_count():,} parameters on real CPU tensors; at most "
+    if not fake and (parameters := model.parameter_count()) > REAL_TENSOR_MAX_PARAMETERS:
+        raise SpecError("model", f"{parameters:,} parameters on real CPU tensors; at most "
                                  f"{REAL_TENSOR_MAX_PARAMETERS:,} (narrow the model: fewer layers, experts or vocab)")
     if config["model_type"] in MLA_TYPES and training.attention == "flash":
         # MLA's q/k head dim (nope + rope) is not v's: CUDA SDPA cannot run flash and takes the memory-efficient
@@ -249,12 +249,7 @@ def _run_hf_steps(torch, transformers, tracker, config: dict, training: Training
         model = build_hf_model(torch, transformers, config, training)
         if training.lora_rank:
             model = _peft_model(torch, model, training)
-    if training.lora_rank:  # AdamW on the adapters, moments in their dtype; zero_grad(set_to_none=True)
-        kwargs = {"foreach": True} if training.optimizer == "adamw" else {"fused": True}
-        optimizer = tracer._AmpOptimizer(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                                           **kwargs))
-    else:
-        optimizer = tracer._make_optimizer(torch, model, training, amp)
+    optimizer = tracer._make_optimizer(torch, model, training, amp)
     for step in range(1, tracer.TRAINING_STEPS + 1):
         for _ in range(accumulation):
             tracker.phase = f"step{step}:forward"

@@ -175,10 +175,12 @@ def _run_steps(
 
 
 def _make_optimizer(torch, net, training: TrainingSpec, amp: bool):
+    """AdamW over the trained parameters (LoRA: the adapters): on the params themselves under amp and with plain
+    bf16 params (moments in the params' dtype), on fp32 masters under bf16-master."""
     foreach = training.optimizer == "adamw"
     kwargs = {"foreach": True} if foreach else {"fused": True}
-    params = list(net.parameters())
-    if amp:
+    params = [p for p in net.parameters() if p.requires_grad]
+    if amp or training.precision == "bf16":
         return _AmpOptimizer(torch.optim.AdamW(params, **kwargs))
     return _MasterWeightOptimizer(torch, params, kwargs)
 

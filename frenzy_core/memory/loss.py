@@ -150,6 +150,11 @@ def head_gradient_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
     return whole
 
 
+def head_runs_per_chunk(recipe: Recipe, training: TrainingSpec) -> bool:
+    """Whether the stack applies the LM head to each logit chunk (torchtune's chunked output, loss_chunks >= 2)."""
+    return recipe.chunked_output_head and training.loss_chunks >= 2
+
+
 def chunked_head_gradient_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
     """The LM head's gradients when it runs per logit chunk and trains (last stage; 0 otherwise).
 
@@ -164,7 +169,7 @@ def chunked_head_gradient_bytes(step: Step, model: ModelSpec, training: Training
     at j = 2: 3 x V h, the (k - 2) / k of the loss' saved tensors, and chunk j's logit gradient and input gradient.
     """
     k = training.loss_chunks
-    if not step.recipe.chunked_output_head or k < 2 or training.lora_rank:
+    if not head_runs_per_chunk(step.recipe, training) or training.lora_rank:
         return 0.0
     V, h, t = model.vocab_size, model.hidden_size, step.t
     saved_per_logit = BF16_BYTES if training.loss_dtype == "bf16" else FP32_BYTES  # each chunk's saved log-softmax

@@ -203,11 +203,10 @@ def _stage_terms(step: Step, shared: dict, model: ModelSpec, training: TrainingS
     acts = stage_activation_terms(step, model, training, stage, stage_count, layers, shared["footprints"],
                                   shared["micro_batch_inputs"])
     states = stage_model_states(step, model, training, last, layers, parameters)
-    # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes); a run
-    # that does not shard (ZeRO below 3, or one rank) never calls fully_shard
-    fsdp_shard = step.shard if step.zero >= 3 else 1.0
+    # FSDP2's reduce-scatter and all-gather streams keep their own cached blocks (side_stream_pool_bytes)
     reduce_scatter_pool, all_gather_pool = side_stream_pool_bytes(model, step.recipe, step.ps, states.gradients,
-                                                                  step.t, step.p, stage, fsdp_shard, step.e)
+                                                                  step.t, step.p, stage, step.shard, step.e,
+                                                                  step.zero)
     gradients_at_step, step_temporary = optimizer_step_terms(step, training, states)
     gradients_in_backward = backward_gradients(step, states.gradients, states.accumulated_gradients)
     copies_at_loss, recomputed_copies = stage_weight_copies(step, model, training, stage, last, castable, layers,

@@ -68,7 +68,8 @@ def _gpu_reports(spec: OverheadSpec, num_gpus, tensors, method, stream_pools=0):
 
 
 # --- side-stream pools (FSDP2) ---------------------------------------------------------------------------------------
-def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup, grads, t, p, stage, shard, ep=1):
+def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup, grads, t, p, stage, shard, ep=1,
+                           zero: int = 3):
     """(reduce-scatter pool, all-gather copy-in pool) bytes FSDP2 keeps reserved on its side streams.
 
     torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py (torch 2.6, the torchtitan tables' era):
@@ -81,13 +82,13 @@ def side_stream_pool_bytes(model: ModelSpec, recipe: Recipe, ps: PrecisionSetup,
     and head, gathered first) beside the first block's output and input shard. The caching allocator hands a freed
     block only to the stream that allocated it (c10/cuda/CUDACachingAllocator.cpp get_free_block: block->stream),
     so these bytes stay reserved when the default stream peaks. Zero for recipes without side-stream pools, and where
-    nothing is sharded (`shard` 1, which the caller also passes below ZeRO-3: torchtitan applies fully_shard only
-    when dp_shard x cp > 1, parallelize_llama `if parallel_dims.fsdp_enabled`; torchtune's single-device recipes
-    never call it).
+    fully_shard never runs: below ZeRO-3 (`zero`), or with nothing to shard over (`shard` 1: torchtitan applies it
+    only when dp_shard x cp > 1, parallelize_llama `if parallel_dims.fsdp_enabled`; torchtune's single-device
+    recipes never call it).
     """
     if not recipe.side_stream_pools:
         return 0.0 * grads, 0.0 * grads
-    sharded = np.asarray(shard) > 1
+    sharded = (zero >= 3) & (np.asarray(shard) > 1)
     last = stage == p - 1
     # the root unit: every parameter outside the blocks (torchtitan fully_shard(model) last): the word embedding
     # and learned positions on the first stage, the final norm and the head (a tied one: the same matrix) on the last

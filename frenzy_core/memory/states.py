@@ -21,6 +21,7 @@ import numpy as np
 from frenzy_core.errors import SpecError
 from frenzy_core.frameworks import get as get_framework
 from frenzy_core.memory.adapters import frozen_weight_bytes, lora_head_parameters, lora_parameters
+from frenzy_core.memory.loss import head_runs_per_chunk
 from frenzy_core.memory.sizes import FP8_BYTES, FP32_BYTES
 from frenzy_core.models import ModelSpec
 from frenzy_core.precision import PRECISIONS
@@ -325,8 +326,8 @@ def tied_embedding_gradient_bytes(step: Step, model: ModelSpec, training: Traini
             or step.zero >= 1:
         return 0.0 * step.p
     matrix = model.vocab_size * model.hidden_size / step.t
-    chunked_head = step.recipe.chunked_output_head and training.loss_chunks >= 2
-    alive = 2 if chunked_head else 3  # the two gradients (and their out-of-place sum when the head's is a view)
+    # the two gradients (and their out-of-place sum when the head's is a view)
+    alive = 2 if head_runs_per_chunk(step.recipe, training) else 3
     stolen = 0.0 if step.ps.master_bytes > 0 else matrix * step.ps.grad_bytes  # the sum is the matrix's `.grad`
     return np.where((step.p == 1) & last, alive * matrix * step.ps.param_bytes - stolen, 0.0)
 
