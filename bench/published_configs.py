@@ -87,7 +87,10 @@ def evaluate(row: dict, margin: float = DEFAULT_SAFETY_MARGIN) -> dict:
     except (SpecError, ValueError) as err:
         return {**out, "reason": f"not expressible: {str(err).splitlines()[0]}"}
     usable = gpu.memory_bytes * (1.0 - margin)
+    # fits: at the planner's default safety margin; fits_capacity: the model's own verdict, the prediction against
+    # the whole GPU (the run did fit in reality: a row over capacity is a model error, one over usable a margin)
     out.update(memory_gib=mem.total_bytes / GIB, usable_gib=usable / GIB, fits=mem.total_bytes <= usable,
+               fits_capacity=mem.total_bytes <= gpu.memory_bytes,
                breakdown={k: v / GIB for k, v in mem.components().items()}, phase=mem.peak_phase)
     # the planner on exactly this cluster
     measured = row["tokens_per_s_per_gpu"]
@@ -137,10 +140,16 @@ def main() -> None:
         if not part:
             continue
         fits = sum(r["fits"] for r in part)
+        cap = sum(r["fits_capacity"] for r in part)
         found = sum(r["found"] for r in part)
-        print(f"  {name or 'all':<12} n={len(part):>2}  fit {fits:>2} ({pct(fits, len(part))}%)  "
+        print(f"  {name or 'all':<12} n={len(part):>2}  fit {fits:>2} ({pct(fits, len(part))}%), at capacity "
+              f"{cap:>2} ({pct(cap, len(part))}%)  "
               f"found in top 3 {found:>2} ({pct(found, len(part))}%)  "
               f"published split in top 3 {sum(r['published_in_top'] for r in part)}")
+    print("\nOver the whole GPU (the model says a run that ran does not fit at all):")
+    for r in scored:
+        if not r["fits_capacity"]:
+            print(f"  {r['id']:<44} {r['memory_gib']:.1f} GiB > {CATALOG[r['row']['gpu_type']].memory_gib} GiB")
     ratios = [r["memory_gib"] / r["usable_gib"] for r in scored]
     print(f"\nNot expressible ({len(skipped)}):")
     for r in skipped:
@@ -149,6 +158,8 @@ def main() -> None:
     print(json.dumps({
         "rows": len(rows), "expressible_rows": n, "safety_margin_fraction": DEFAULT_SAFETY_MARGIN,
         "fits_rows": sum(r["fits"] for r in scored), "fits_pct": pct(sum(r["fits"] for r in scored), n),
+        "fits_at_capacity_rows": sum(r["fits_capacity"] for r in scored),
+        "fits_at_capacity_pct": pct(sum(r["fits_capacity"] for r in scored), n),
         "top3_rows": sum(r["found"] for r in scored), "top3_pct": pct(sum(r["found"] for r in scored), n),
         "published_split_in_top3_rows": sum(r["published_in_top"] for r in scored),
         "no_feasible_plan_rows": sum(r["feasible_plans"] == 0 for r in scored),

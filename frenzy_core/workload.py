@@ -422,6 +422,7 @@ def reference_gpu(cluster: Cluster) -> str:
     return max(types, key=lambda g: (counts[g.name], g.memory_bytes, -types.index(g))).name
 
 
+@lru_cache(maxsize=4096)
 def model_candidates(num_gpus: int) -> tuple[str, ...]:
     """The bucket of models a job of this GPU count draws from.
 
@@ -433,6 +434,20 @@ def model_candidates(num_gpus: int) -> tuple[str, ...]:
         if num_gpus >= low:
             chosen = models
     return chosen
+
+
+def _resolve(order, gpu_type: str, count: int, runnable: int, fit) -> tuple[str | None, Plan | None]:
+    """The first model of `order` that has a plan on the trace's `count` GPUs and on the `runnable` ones there."""
+    for m in order:
+        p = fit(m, gpu_type, count, count)
+        if p is not None and fit(m, gpu_type, runnable, count) is not None:
+            return m, p
+    return None, None
+
+
+def _where(count_does_not_fit: bool, gpu_type: str, count: int, runnable: int) -> str:
+    return (f"{count} x {gpu_type} (the trace's allocation)" if count_does_not_fit
+            else f"{runnable} x {gpu_type} (all this cluster has of the {count} GPUs the trace asked for)")
 
 
 def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, reference: str | None = None,
@@ -452,6 +467,7 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
     draws = rng.random(len(jobs_in))
     fit_cache: dict[tuple[str, str, int], Plan | None] = {}
     spec_cache: dict[tuple[str, int], TrainingSpec] = {}  # one validated (frozen) TrainingSpec per model and count
+    resolved: dict[tuple, tuple[str | None, Plan | None]] = {}  # (named, drawn, type, count) -> (model, plan)
 
     def training_of(m: str, count: int) -> TrainingSpec:
         if (m, count) not in spec_cache:
@@ -479,21 +495,18 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
             raise SpecError("model", f"job {short_repr(tj.job_id)} (row {tj.source_row}) names {short_repr(named)}, "
                             f"which is not in the model zoo; use one of {', '.join(ZOO)} or leave it empty")
         if named is not None:
-            first, order = named, (named,)  # the user's model: it fits as named or the job is rejected
+            first = named  # the user's model: it fits as named or the job is rejected
         else:
             cands = model_candidates(count)
             first = cands[min(int(u * len(cands)), len(cands) - 1)]
-            order = (first,) + (FALLBACK_ORDER[FALLBACK_ORDER.index(first) + 1:] if first in FALLBACK_ORDER
-                                 else FALLBACK_ORDER)
-        name = plan = None
-        for m in order:
-            p = fit(m, gpu_type, count, count)
-            if p is not None and fit(m, gpu_type, runnable, count) is not None:
-                name, plan = m, p
-                break
-        where = (f"{count} x {gpu_type} (the trace's allocation)" if fit(first, gpu_type, count, count) is None
-                 else f"{runnable} x {gpu_type} (all this cluster has of the {count} GPUs the trace asked for)")
+        key = (named, first, gpu_type, count)
+        if key not in resolved:  # every job of a (model, type, count) class resolves alike: once per class
+            order = (first,) if named is not None else (first,) + (
+                FALLBACK_ORDER[FALLBACK_ORDER.index(first) + 1:] if first in FALLBACK_ORDER else FALLBACK_ORDER)
+            resolved[key] = _resolve(order, gpu_type, count, runnable, fit)
+        name, plan = resolved[key]
         if name is None:
+            where = _where(fit(first, gpu_type, count, count) is None, gpu_type, count, runnable)
             kind, fix = (REJECTION_KINDS[0], "name a smaller model, or give the cluster larger GPUs") if named \
                 else (REJECTION_KINDS[1], "add GPUs with more memory")
             what = f"{short_repr(named)} needs more memory than" if named else \
@@ -502,6 +515,7 @@ def map_trace(trace, cluster: Cluster, seed: int = 0, *, estimator=None, referen
                                       f"{kind}: {what} {where}; {fix}"))
             continue
         if name != first:
+            where = _where(fit(first, gpu_type, count, count) is None, gpu_type, count, runnable)
             substitutions.append(Substitution(str(tj.job_id), first, name, f"{first} does not fit {where}; took "
                                               f"{name}, the largest smaller model that fits"))
         oversized += count > capacity[gpu_type]
