@@ -279,3 +279,57 @@ def test_chunked_head_gradients_by_hand():
     assert float(chunked_head_gradient_bytes(step, TIED, training)) == expected
     # the tied lookup's gradient at the end is added in place into that sum: one matrix beyond `.grad`
     assert stage_terms(TIED, training)["tied_embedding_gradient"] == V * h * BF16
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_a_compiled_cross_entropy_keeps_its_input_and_writes_one_gradient(dtype):
+    # What Inductor's cross-entropy holds, read from the graphs torch.compile generates on CPU (torch 2.13): the
+    # forward returns for backward the input itself, the labels and two [N, 1] fp32 row statistics (max, log-sum);
+    # the backward allocates one [N, V] buffer, the input's gradient in the input's dtype, and nothing else that
+    # wide. So a torchtune chunk (bf16 logits upcast inside the compiled function) costs its bf16 self while saved and
+    # one bf16 gradient while its backward runs; torchtune's plain loss the fp32 logits and one fp32 gradient.
+    import re
+
+    import torch
+    import torch.nn.functional as F
+    from torch._inductor.utils import run_and_get_code
+
+    from frenzy_core.memory.loss import loss_bytes_per_logit
+    from frenzy_core.recipes import get_recipe
+
+    n, v = 64, 1024
+    torch._dynamo.reset()
+    x = torch.randn(n, v, dtype=getattr(torch, dtype), requires_grad=True)
+    y = torch.randint(0, v, (n,))
+    loss_fn = torch.compile(lambda a, b: F.cross_entropy(a.float(), b, reduction="sum"), backend="inductor")
+
+    def step():
+        loss_fn(x, y).backward()
+
+    _, (forward, backward) = run_and_get_code(step)
+    buffers = re.compile(r"empty_strided_cpu\(\((\d+), (\d+)\), \([^)]*\), torch\.(\w+)\)")
+    wide = [d for rows, cols, d in buffers.findall(backward) if (int(rows), int(cols)) == (n, v)]
+    assert wide == [dtype]  # one gradient, in the input's dtype
+    assert not [d for rows, cols, d in buffers.findall(forward) if (int(rows), int(cols)) == (n, v)]
+    saved = re.search(r"return \(([^\n]*)\)", forward).group(1)
+    assert "primals_1" in saved  # the input is what backward reads
+    element = x.element_size()
+    tt = get_recipe("torchtune")
+    if dtype == "bfloat16":  # the chunked loss: every chunk saved, one chunk's gradient at a time
+        assert loss_bytes_per_logit(tt, 8, compiled=True) == element + element / 8
+    else:  # the plain loss on the decoder's fp32 logits
+        assert loss_bytes_per_logit(tt, 1, compiled=True) == 2 * element
+
+
+def test_torchtunes_recipes_compile_the_chunked_loss_and_only_the_lora_recipe_the_plain_one():
+    from frenzy_core.memory.loss import compiled_cross_entropy
+    from frenzy_core.recipes import get_recipe
+    from frenzy_core.training import make_training
+
+    tt = get_recipe("torchtune")
+    base = dict(framework="torchtune", precision="bf16", seq_len=1024, global_batch=1)
+    for kw, want in ((dict(compile=True, loss_chunks=8), True), (dict(compile=True), False),  # full: result dropped
+                     (dict(compile=True, lora_rank=8), True), (dict(loss_chunks=8), False)):
+        assert compiled_cross_entropy(tt, make_training(**base, **kw)) is want, kw
+    assert not compiled_cross_entropy(get_recipe("pytorch"), make_training(seq_len=1024, global_batch=1, compile=True,
+                                                                           framework="fsdp2"))

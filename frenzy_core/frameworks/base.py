@@ -67,6 +67,11 @@ class Recipe:
     # holds the logit chunks until the loss has run, and the head's weight gradient is summed chunk by chunk
     # (memory.loss held_logit_chunks_bytes_per_logit, chunked_head_gradient_bytes)
     chunked_output_head: bool = False
+    # torchtune with compile: the recipes compile the loss apart (training/_compile.py compile_loss): a chunked loss's
+    # compute_cross_entropy in place (both single-device recipes), a plain loss only where the recipe keeps the
+    # compiled module (the LoRA recipe; the full one discards compile_loss's return value). memory.loss
+    # compiled_cross_entropy says when, loss_bytes_per_logit what Inductor's cross-entropy keeps
+    compiles_loss: bool = False
     # LitGPT (lit_gpt/lora.py, lit_gpt/model.py, lit_gpt/rmsnorm.py, finetune/lora.py at 8641822b; frameworks/litgpt.py):
     lora_qkv_zero_pad: bool = False  # LoRAQKVLinear.zero_pad's index_copy keeps its source (some of q/k/v adapted)
     gqa_reshape_copies: bool = False  # with 1 < kv groups < heads, q/k/v reshapes copy and k, v widen to every head

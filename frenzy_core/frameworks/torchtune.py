@@ -51,6 +51,10 @@ RECIPE = replace(
     # returns the bf16 logit chunks and _loss_step holds them (`logits`) until the loss has run; the head's backward
     # then runs once per chunk (memory.loss held_logit_chunks_bytes_per_logit, chunked_head_gradient_bytes)
     chunked_output_head=True,
+    # compile=True: recipes/lora_finetune_single_device.py `self._loss_fn = training.compile_loss(self._loss_fn)`,
+    # recipes/full_finetune_single_device.py `training.compile_loss(self._loss_fn)` (return value dropped: a plain
+    # CrossEntropyLoss stays eager there; CEWithChunkedOutputLoss.compute_cross_entropy is replaced in place)
+    compiles_loss=True,
     # distributed recipes (full_finetune_distributed.py, lora_finetune_distributed.py): training/_distributed.py
     # shard_model calls fully_shard on each TransformerSelfAttentionLayer, then fully_shard(model): the same FSDP2
     # collectives as torchtitan (fsdp2.RECIPE): the layer computing and the one prefetched; the root unit
@@ -101,7 +105,7 @@ FRAMEWORK = Framework(
     # compile=True: training/_compile.py compile_model compiles each TransformerSelfAttentionLayer on its own
     # (`m.compile(backend=backend)`), as torchtitan's apply_compile does per block: the same fused norms and SwiGLU
     # (recipes.block_recipe) and Inductor's fused element-wise ops (fsdp2.elementwise_fused); the loss is compiled
-    # apart (compile_loss), which loss_dtype bf16 describes
+    # apart (compile_loss: RECIPE.compiles_loss, memory.loss.compiled_cross_entropy)
     switches=fsdp2.SWITCHES,
     switches_label="compile",
     switch_refusal=fsdp2.COMPILE_REFUSAL,

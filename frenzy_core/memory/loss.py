@@ -39,7 +39,7 @@ HEAD_GRAD_COMPUTE_BYTES = BF16_BYTES
 
 
 def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp32",
-                         logit_bytes: int = BF16_BYTES) -> float:
+                         logit_bytes: int = BF16_BYTES, compiled: bool = False) -> float:
     """Loss bytes per logit element alive in its backward; with k chunks (torchtune CEWithChunkedOutputLoss) every
     chunk's fp32 log-softmax stays saved (4 B) but only one chunk at a time holds the two fp32 gradients. Where the
     stack holds the head's logit chunks (`logit_bytes` each) until the loss returns, the end of the loss' forward
@@ -54,7 +54,22 @@ def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp3
     (12.0, 5.0)
     >>> loss_bytes_per_logit(get_recipe("pytorch"), 1, "bf16"), loss_bytes_per_logit(get_recipe("pytorch"), 8, "bf16")
     (6.0, 2.5)
+
+    `compiled` (`compiled_cross_entropy`): Inductor's cross-entropy saves its input and a per-row fp32 max and
+    log-sum, and its backward is one kernel writing only the input's gradient (nothing [tokens, V] in fp32 beside
+    them; tests/test_memory_phases.py reads the compiled graphs). torchtune's chunked loss compiles
+    `F.cross_entropy(logits.float(), ...)` per chunk, so the saved input is the bf16 chunk itself: every chunk
+    (`logit_bytes`) and one chunk's gradient; a compiled plain loss gets the fp32 logits of
+    `self.output(h).float()`: the saved fp32 input and its fp32 gradient.
+
+    >>> tt = get_recipe("torchtune")
+    >>> loss_bytes_per_logit(tt, 8, compiled=True), loss_bytes_per_logit(tt, 1, compiled=True)  # 2 + 2 / 8, 4 + 4
+    (2.25, 8.0)
     """
+    if compiled:
+        if chunks == 1:
+            return float(2 * FP32_BYTES)
+        return logit_bytes + logit_bytes / chunks
     if recipe.loss_bytes_per_logit != TORCH_CROSS_ENTROPY_BYTES:
         return float(recipe.loss_bytes_per_logit)
     element = BF16_BYTES if loss_dtype == "bf16" else FP32_BYTES
@@ -66,6 +81,14 @@ def loss_bytes_per_logit(recipe: Recipe, chunks: int = 1, loss_dtype: str = "fp3
     if recipe.chunked_output_head and loss_dtype == "fp32":
         return max(in_backward, held_logit_chunks_bytes_per_logit(chunks, logit_bytes))
     return in_backward
+
+
+def compiled_cross_entropy(recipe: Recipe, training: TrainingSpec) -> bool:
+    """Whether the stack runs its cross-entropy compiled (`Recipe.compiles_loss` under compile): torchtune's chunked
+    loss in both single-device recipes, its plain loss only in the LoRA one (frameworks/torchtune.py cites both)."""
+    if not (recipe.compiles_loss and training.compile):
+        return False
+    return training.loss_chunks >= 2 or bool(training.lora_rank)
 
 
 def held_logit_chunks_bytes_per_logit(chunks: int, logit_bytes: int = BF16_BYTES) -> float:
@@ -126,7 +149,7 @@ def loss_buffer_bytes(step: Step, model: ModelSpec, training: TrainingSpec):
     """Loss buffers at the start of backward (last stage): `loss_bytes_per_logit` per logit of the micro-batch."""
     V, t = model.vocab_size, step.t
     loss_buffers = step.tokens * V / t * loss_bytes_per_logit(step.recipe, training.loss_chunks, training.loss_dtype,
-                                                             step.act)
+                                                             step.act, compiled_cross_entropy(step.recipe, training))
     if model.final_logit_softcapping is not None:
         # Gemma2ForCausalLM.forward: logits / cap, tanh, * cap before the loss: tanh's saved output (compute dtype)
         # is alive through the loss' backward
