@@ -84,8 +84,10 @@ def predict_row(row: dict, before: bool = False, first_mapping: bool = False) ->
     if first_mapping:
         fields.update(row.get("first_mapping", {}))
     training = make_training(**fields)
-    return float(predict_memory(model_of(row), training, Parallelism(dp=row.get("gpus", 1)),
-                                overhead=DEFAULT_OVERHEAD).allocated_bytes)
+    mem = predict_memory(model_of(row), training, Parallelism(dp=row.get("gpus", 1)), overhead=DEFAULT_OVERHEAD)
+    # the figure the row quotes: max_memory_allocated (most rows) or max_memory_reserved (allocated + the caching
+    # allocator's fragmentation, DEFAULT_OVERHEAD.fragmentation_fraction)
+    return float(mem.reserved_bytes if row["truth_metric"] == "reserved" else mem.allocated_bytes)
 
 
 def summary(errors: list[float]) -> dict:

@@ -272,7 +272,9 @@ def test_every_published_row_cites_its_source_and_builds_a_training_spec():
     held_out, load_rows, model_of = bench.held_out, bench.load_rows, bench.model_of
 
     rows = load_rows()
-    assert len({r["id"] for r in rows}) == len(rows) == 36  # 26 single-GPU, 10 LitGPT FSDP1 multi-GPU
+    # 26 single-GPU, 10 LitGPT FSDP1 multi-GPU, 5 torchtune Llama-2-7B tutorial rows (max_memory_reserved)
+    assert len({r["id"] for r in rows}) == len(rows) == 41
+    assert {r["truth_metric"] for r in rows} == {"allocated", "reserved"}
     for row in rows:
         assert all(row["source"][k] for k in ("repo", "path", "commit")) and len(row["source"]["commit"]) == 40
         assert row["quote"] and row["truth_bytes"] > 0 and row["method"] in ("full", "lora", "qlora")
