@@ -42,15 +42,16 @@ from frenzy_core.errors import SpecError  # noqa: E402
 from frenzy_core.gpus import CATALOG  # noqa: E402
 from frenzy_core.models import ModelSpec  # noqa: E402
 from frenzy_core.perf import step_time  # noqa: E402
-from frenzy_core.training import Parallelism, TrainingSpec  # noqa: E402
+from frenzy_core.training import RECOMPUTE_MODULES, Parallelism, TrainingSpec  # noqa: E402
 from frenzy_core.workload import node_shape  # noqa: E402
 
 DATA = REPO / "bench" / "data" / "published_throughput.jsonl"
 DEFAULT_NETWORK_GBIT_S = 3200.0  # rows that state none: 8 x 400 Gb/s per DGX-class node (the data's network_source)
 # The data's framework names -> TrainingSpec.framework (Composer's FSDP1 FULL_SHARD runs as plain PyTorch + ZeRO-3).
 FRAMEWORKS = {"megatron": "megatron", "fsdp2": "fsdp2", "composer": "pytorch", "deepspeed": "deepspeed", "hf": "hf"}
-# Megatron recompute_modules that are the attention core (the planner's "selective"); others (layernorm, moe_act,
-# mlp activations) recompute element-wise ops whose FLOPs the model does not count: scored as "none".
+# Megatron recompute_modules: core_attn is the planner's "selective"; layernorm and moe_act are
+# TrainingSpec.recompute_modules (training.RECOMPUTE_MODULES); any other (mlp, moe, mla_up_proj, shared_experts) is
+# not modelled and is listed as an assumption of the row.
 ATTENTION_CORE_MODULES = {"core_attn"}
 GPU_NOT_IN_CATALOG = "gpu not in catalog"
 # Ablations (diagnostic, never the headline): each row again with one mechanism of perf.py switched off, as
@@ -89,18 +90,23 @@ def build_model(row: dict) -> ModelSpec:
     return ModelSpec(**fields)
 
 
-def planner_recompute(row: dict) -> tuple[str, list[str]]:
-    """(TrainingSpec.recompute, assumptions made)."""
+def planner_recompute(row: dict) -> tuple[str, tuple[str, ...], list[str]]:
+    """(TrainingSpec.recompute, TrainingSpec.recompute_modules, assumptions made)."""
     rc, assumed = row["recompute"], []
     if rc is None:
-        return "none", ["recompute not published: none"]
-    if rc == "selective" and row["recompute_modules"] and not set(row["recompute_modules"]) & ATTENTION_CORE_MODULES:
-        return "none", [f"recompute_modules {row['recompute_modules']} (element-wise) scored as none"]
-    return rc, assumed
+        return "none", (), ["recompute not published: none"]
+    modules = row.get("recompute_modules") or []
+    if rc != "selective" or not modules:
+        return rc, (), assumed
+    extra = tuple(m for m in modules if m in RECOMPUTE_MODULES)
+    other = [m for m in modules if m not in RECOMPUTE_MODULES and m not in ATTENTION_CORE_MODULES]
+    if other:
+        assumed.append(f"recompute_modules {other} not modelled (scored as not recomputed)")
+    return ("selective" if set(modules) & ATTENTION_CORE_MODULES else "none"), extra, assumed
 
 
 def build_training(row: dict, model: ModelSpec) -> tuple[TrainingSpec, list[str]]:
-    recompute, assumed = planner_recompute(row)
+    recompute, recompute_modules, assumed = planner_recompute(row)
     micro_batch = row["micro_batch"]
     if micro_batch is None:
         micro_batch = 1
@@ -116,6 +122,7 @@ def build_training(row: dict, model: ModelSpec) -> tuple[TrainingSpec, list[str]
         seq_len=row["seq_len"], global_batch=row["global_batch"], micro_batch=micro_batch,
         precision=row["planner_precision"], zero_stage=row["zero_stage"] or 0,
         distributed_optimizer=bool(row["distributed_optimizer"]), recompute=recompute, recompute_every=recompute_every,
+        recompute_modules=recompute_modules,
         sequence_parallel=bool(sp), attention="flash", framework=FRAMEWORKS[row["framework"]],
         fp8_linears=row["precision"] == "fp8", compile=bool(row["compile"]),
         # Megatron's fp8 weights and bf16 main grads, where the row's recipe sets them (`precision_source`)

@@ -101,6 +101,9 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--recompute", default="none", choices=["none", "selective", "full", "op-sac"])
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--recompute-every", type=int, default=1, help="with full/op-sac: checkpoint every k-th layer")
+    p.add_argument("--recompute-modules", default="",
+                   help="megatron: comma list of layernorm, moe_act (Megatron --recompute-modules beyond core_attn, "
+                        "which --recompute selective is), e.g. layernorm,moe_act")
     p.add_argument("--loss-chunks", type=int, default=1, help="cross-entropy over k chunks of the logits")
     p.add_argument("--offload", default="none", choices=["none", "optimizer", "params"],
                    help="CPU offload: optimizer states + grads (ZeRO-Offload), or the parameters too")
@@ -189,6 +192,7 @@ def _training(args, dp: int = 1):
         attention=args.attention, dropout=args.dropout, recompute=args.recompute,
         sequence_parallel=args.sequence_parallel, framework=args.framework,
         recompute_every=args.recompute_every, loss_chunks=args.loss_chunks, offload=args.offload,
+        recompute_modules=tuple(m.strip() for m in getattr(args, "recompute_modules", "").split(",") if m.strip()),
         lora_rank=args.lora_rank, lora_targets=args.lora_targets, base_quant=args.base_quant,
         **{f: getattr(args, f) for f in _FINETUNE_FLAGS if hasattr(args, f)},
         fp8_linears=args.fp8, compile=args.compile, moe_grouped_gemm=args.moe_grouped_gemm,

@@ -239,8 +239,16 @@ def megatron_args(model: ModelSpec, training: TrainingSpec, plan: Plan, tokens: 
         args += ["--use-precision-aware-optimizer"]
     if training.recompute == "full":
         args += ["--recompute-granularity", "full", *megatron_recompute_layers(model, training, plan)]
-    elif training.recompute == "selective":
+    elif training.recompute == "selective" or training.recompute_modules:
+        # transformer_config.py recompute_modules (default ["core_attn"], which recompute selective is); the
+        # output-discarding modules join it, or stand alone when the attention core is not recomputed
         args += ["--recompute-granularity", "selective"]
+        if training.recompute_modules:
+            core = ["core_attn"] if training.recompute == "selective" else []
+            args += ["--recompute-modules", *core, *training.recompute_modules]
+            if "moe_act" in training.recompute_modules and not training.moe_grouped_gemm:
+                raise SpecError("recompute_modules", "Megatron recomputes moe_act only with --moe-grouped-gemm "
+                                "(transformer_config.py __post_init__): turn moe_grouped_gemm on, or drop moe_act")
     elif training.recompute == "op-sac":
         # Megatron has no per-op SAC: its selective granularity recomputes the attention core only (recompute_modules
         # core_attn) and keeps the norm and activation outputs per-op SAC drops, so it would run above the plan

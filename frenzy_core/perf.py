@@ -555,7 +555,22 @@ def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tup
     if not model.is_moe:
         return float(dense), float(dense)
     moe_width = (model.moe_top_k + model.num_shared_experts) * model.expert_ffn
-    return float(dense), float(common + act * moe_width)
+    # Megatron's output-discarding recomputation (TrainingSpec.recompute_modules, memory.activations
+    # _with_recompute_modules): backward runs the MoE layer's pre-MLP norm (h) and the routed experts' activation
+    # (top-k x expert_ffn) forward once more
+    replays = 0.0
+    if "layernorm" in training.recompute_modules:
+        replays += h * _forward_bytes(EAGER_RMSNORM_BYTES if formula_norm else FUSED_NORM_BYTES, a)
+    if "moe_act" in training.recompute_modules:
+        glu_bytes = (FUSED_SWIGLU_BYTES if fused else EAGER_SWIGLU_BYTES) if glu else GELU_BYTES
+        replays += model.moe_top_k * model.expert_ffn * _forward_bytes(glu_bytes, a)
+    return float(dense), float(common + act * moe_width + replays)
+
+
+def _forward_bytes(counts, activation_bytes: int) -> float:
+    """HBM bytes per element of one forward pass of an element-wise op (`counts` as EAGER_RMSNORM_BYTES)."""
+    (fa, ff), _ = counts
+    return fa * activation_bytes + ff * FP32_BYTES
 
 
 def elementwise_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUType, eff: float,

@@ -341,7 +341,7 @@ def _share_data(s: Scenario) -> dict:
     """`scenario_to_data` without the training fields left at their defaults: a link carries what the user set, so
     every switch a release adds does not lengthen every link (decoding fills the defaults back in)."""
     data = scenario_to_data(s)
-    defaults = {name: f.default for name, f in TrainingSpec.model_fields.items()}
+    defaults = TrainingSpec.model_construct().model_dump(mode="json")  # as the data holds them (tuples as lists)
     data["training"] = {k: v for k, v in data["training"].items() if k not in defaults or v != defaults[k]}
     return data
 

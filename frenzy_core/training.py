@@ -51,6 +51,12 @@ OptimizerDtype = Literal["auto", "fp32", "bf16"]
 # none; selective (Megatron: the attention core); full (every layer keeps only its input); op-sac (PyTorch per-op
 # selective AC as torchtitan's selective_ac_option="op": matmul and attention outputs kept, the rest recomputed)
 Recompute = Literal["none", "selective", "full", "op-sac"]
+# Megatron-Core --recompute-modules beyond the attention core (megatron/core/transformer/transformer_config.py
+# recompute_modules, output-discarding checkpoints): "layernorm" recomputes the norms that are not fused into the
+# next linear (transformer_layer.py: input_layernorm / pre_mlp_layernorm unless IdentityOp; under Transformer
+# Engine the MoE layers' pre-MLP norm), "moe_act" the experts' activation (moe/experts.py activation_recompute)
+RecomputeModule = Literal["layernorm", "moe_act"]
+RECOMPUTE_MODULES: tuple[str, ...] = ("layernorm", "moe_act")
 Attention = Literal["eager", "flash"]
 # The training stack (frenzy_core.frameworks, the registry's names); "unknown": the band over all of them.
 FrameworkName = Literal[tuple(FRAMEWORKS)]
@@ -83,6 +89,9 @@ class TrainingSpec(BaseModel):
     zero_stage: int = 0  # 0: none; 1: optimizer states; 2: + gradients; 3: + parameters, sharded over d
     distributed_optimizer: bool = False  # Megatron's: master weights + Adam states sharded over d (like ZeRO-1)
     recompute: Recompute = "none"  # activation recomputation: none, selective (attention core), full, op-sac
+    # Megatron's output-discarding recomputation of these modules too (RECOMPUTE_MODULES; with recompute "selective"
+    # Megatron's list holds core_attn as well, with "none" it does not)
+    recompute_modules: tuple[RecomputeModule, ...] = ()
     sequence_parallel: bool = False  # Megatron SP: norms and dropouts split over t too (Korthikanti et al. 2022)
     attention: Attention = "flash"  # eager stores the s x s scores; flash keeps only output + log-sum-exp
     dropout: float = 0.0  # > 0 stores a 1-byte mask per dropped element
@@ -168,8 +177,14 @@ class TrainingSpec(BaseModel):
                              f"cross-entropy on the logits); use loss_dtype fp32")
         if self.precision == "amp" and not fw.supports_amp:
             raise ValueError(fw.amp_refusal)
+        if self.recompute_modules:
+            if len(set(self.recompute_modules)) != len(self.recompute_modules):
+                raise ValueError(f"recompute_modules lists a module twice: {', '.join(self.recompute_modules)}")
+            if self.recompute in ("full", "op-sac"):
+                raise ValueError(f"recompute_modules adds modules to recompute none or selective; recompute "
+                                 f"{self.recompute} already replays every module: drop recompute_modules")
         for field in ("compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce",
-                      "param_remainders"):  # another stack's switch
+                      "param_remainders", "recompute_modules"):  # another stack's switch
             if getattr(self, field) and field not in fw.switches:
                 raise ValueError(switch_owner(field).switch_refusal.format(field=field, framework=self.framework))
         for field in DEEPSPEED_FIELDS:

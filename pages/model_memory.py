@@ -34,6 +34,7 @@ from frenzy_core.models import (
     parse_hf_config_text,
 )
 from frenzy_core.training import (
+    RECOMPUTE_MODULES,
     Attention,
     BaseQuant,
     LoraTargets,
@@ -66,7 +67,7 @@ BOOL_FIELDS = {"tie_embeddings": "tied LM head", "bias": "linear biases"}
 TRAINING_FIELDS = ("framework", "seq_len", "global_batch", "micro_batch", "precision", "optimizer", "zero_stage",
                    "distributed_optimizer", "recompute", "sequence_parallel", "attention", "dropout",
                    "recompute_every", "loss_chunks", "offload", "lora_rank", "lora_targets", "base_quant", "fp8_linears",
-                   "compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "param_remainders",
+                   "compile", "moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "param_remainders", "recompute_modules",
                    "reduce_bucket_size", "stage3_max_live_parameters",
                    "stage3_max_reuse_distance")
 # Switches that belong to one stack (frameworks.SWITCH_OWNERS; TrainingSpec refuses them under another): their
@@ -137,7 +138,8 @@ def seed_model_widgets(spec: ModelSpec) -> None:
 def seed_training_widgets() -> None:
     t, p = common.training(), common.par()
     for field in TRAINING_FIELDS:
-        ss[f"tr_{field}"] = getattr(t, field)
+        value = getattr(t, field)
+        ss[f"tr_{field}"] = list(value) if isinstance(value, tuple) else value  # a multiselect holds a list
     for field in SPLIT_FIELDS:
         ss[f"par_{field}"] = getattr(p, field)
 
@@ -328,6 +330,11 @@ with left:
                     help="Transformer Engine fp8 linears: fp8 saved inputs and a cached fp8 weight")
         for i, (field, label, hint) in enumerate(f for f in STACK_SWITCH_BOXES if shown(f[0], framework)):
             (e2 if i % 2 == 0 else e1).checkbox(label, key=f"tr_{field}", help=hint)
+        if shown("recompute_modules", framework):
+            st.multiselect("recompute modules (Megatron)", RECOMPUTE_MODULES, key="tr_recompute_modules",
+                           help="Megatron --recompute-modules beyond the attention core: layernorm (an MoE layer's "
+                                "pre-MLP norm), moe_act (the experts' activation); with recomputation none or "
+                                "selective")
         if shown("reduce_bucket_size", framework):
             st.caption("DeepSpeed zero_optimization, in elements; 0 = DeepSpeed's default (5e8, 1e9, 1e9)")
             d1, d2, d3 = st.columns(3)

@@ -681,3 +681,27 @@ def test_accelerate_says_how_to_get_full_recompute_past_its_selective_flag():
     assert yaml.safe_load(text)["megatron_lm_config"]["megatron_lm_recompute_activations"] is True
     plain = export_plan("accelerate", MODEL, TRAIN, SPREAD, CLUSTER, TOKENS)
     assert "recompute_granularity" not in plain
+
+
+def test_megatron_export_names_the_recompute_modules_after_the_attention_core():
+    # transformer_config.py: recompute_modules defaults to ["core_attn"] (recompute selective); layernorm / moe_act
+    # join it, or stand alone (recompute none); moe_act needs --moe-grouped-gemm (its __post_init__ raises otherwise)
+    from frenzy_core.export import megatron_args
+
+    def words(**update):
+        return [str(w) for w in megatron_args(MODEL, TRAIN.model_copy(update={"framework": "megatron", **update}),
+                                              SPREAD, TOKENS)]
+
+    def modules(ws):
+        i = ws.index("--recompute-modules")
+        return ws[i + 1:i + 1 + next((k for k, w in enumerate(ws[i + 1:]) if w.startswith("--")), len(ws) - i - 1)]
+
+    sel = words(recompute="selective", recompute_modules=("layernorm", "moe_act"), moe_grouped_gemm=True)
+    assert sel[sel.index("--recompute-granularity") + 1] == "selective"
+    assert modules(sel) == ["core_attn", "layernorm", "moe_act"]
+    alone = words(recompute="none", recompute_modules=("layernorm",))
+    assert alone[alone.index("--recompute-granularity") + 1] == "selective" and modules(alone) == ["layernorm"]
+    assert "--recompute-modules" not in words(recompute="selective")
+    with pytest.raises(SpecError) as err:
+        words(recompute="none", recompute_modules=("moe_act",))
+    assert err.value.field == "recompute_modules" and "--moe-grouped-gemm" in str(err.value)

@@ -38,7 +38,7 @@ TINY = ModelSpec(name="tiny-rope", vocab_size=1024, hidden_size=128, num_layers=
 TINY_MOE = TINY.model_copy(update={"name": "tiny-rope-moe", "num_experts": 8, "moe_top_k": 2, "ffn_size": 256})
 SWITCH_ON = {"compile": True, "moe_grouped_gemm": True, "reduce_bucket_size": 1000,
              "stage3_max_live_parameters": 1000, "stage3_max_reuse_distance": 1000, "fp8_params": True,
-             "bf16_grad_reduce": True, "param_remainders": True}
+             "bf16_grad_reduce": True, "param_remainders": True, "recompute_modules": ("layernorm",)}
 # what a switch needs beside it to be accepted by its owner (fp8 weights: fp8 linears and the distributed optimizer)
 SWITCH_NEEDS = {"fp8_params": {"fp8_linears": True, "distributed_optimizer": True},
                 "param_remainders": {"distributed_optimizer": True}}

@@ -200,3 +200,42 @@ def test_cli_takes_etp_and_grouped_gemm(capsys):
     assert outs[2]["allocated_bytes"] > outs[0]["allocated_bytes"]  # each GPU holds whole experts
     assert main(args + ["--etp", "3"]) == 2
     assert "etp" in capsys.readouterr().err
+
+
+def test_megatrons_recompute_modules_drop_the_moe_layers_norm_output_and_fc2_input_by_hand():
+    # A SwiGLU MoE layer of h = 64, expert_ffn 32, top-2 under megatron at bf16 (act 2 B). "layernorm": the pre-MLP
+    # TENorm (a module of its own in an MoE layer) keeps neither its output, read by the router (2 x 64 B per
+    # token), nor its fp32 rstd (4 B); "moe_act": each routed copy keeps fc1's 2 x 32 output but not fc2's 32-wide
+    # input: 2 copies x 2 B x 32 fewer. The dense layers of the same model (norms fused into LayerNormLinear) and
+    # the attention block do not change.
+    from frenzy_core.training import TrainingSpec
+
+    moe = ModelSpec(name="m", vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
+                    mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", num_experts=4, moe_top_k=2,
+                    expert_ffn_size=32, first_k_dense=1, max_positions=64)
+    base = dict(framework="megatron", seq_len=64, global_batch=1, precision="bf16-master")
+    plain = layer_activations(moe, TrainingSpec(**base))
+    norm = layer_activations(moe, TrainingSpec(**base, recompute_modules=("layernorm",)))
+    act = layer_activations(moe, TrainingSpec(**base, recompute_modules=("moe_act",)))
+    assert plain.replicated - norm.replicated == 2 * 64 + 4 and norm.split == plain.split
+    assert plain.split - act.split == 2 * 2 * 32 and act.replicated == plain.replicated
+    assert act.routed == norm.routed == plain.routed
+    both = TrainingSpec(**base, recompute_modules=("layernorm", "moe_act"))
+    assert layer_activations(moe, both, moe_layer=False) == layer_activations(moe, TrainingSpec(**base), moe_layer=False)
+
+
+def test_recompute_modules_are_megatrons_and_add_to_none_or_selective_only():
+    from frenzy_core.training import make_training
+
+    base = dict(seq_len=64, global_batch=1, precision="bf16-master")
+    assert make_training(framework="megatron", recompute="selective", recompute_modules=("moe_act",), **base)
+    for kw, field, words in ((dict(framework="fsdp2", precision_="amp"), "recompute_modules", "use framework megatron"),
+                             (dict(framework="megatron", recompute="full"), "recompute_modules", "already replays"),
+                             (dict(framework="megatron", modules=("moe_act", "moe_act")), "recompute_modules", "twice"),
+                             (dict(framework="megatron", modules=("mlp",)), "recompute_modules", "layernorm")):
+        fields = {**base, "recompute_modules": kw.pop("modules", ("moe_act",))}
+        if "precision_" in kw:
+            fields["precision"] = kw.pop("precision_")
+        with pytest.raises(SpecError) as err:
+            make_training(**fields, **kw)
+        assert err.value.field.startswith(field) and words in str(err.value), kw

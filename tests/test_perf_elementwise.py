@@ -46,3 +46,20 @@ def test_seconds_are_bytes_over_bandwidth():
     # 26,624 B per token per layer at 1 TB/s = 26.624 ns, as FLOPs at 100 TF x 0.5
     assert dense / (100e12 * 0.5) == pytest.approx(26_624 / 1e12)
     assert elementwise_time_flops(TINY, EAGER.model_copy(update={"precision": "fp32"}), gpu, 0.5) == (0.0, 0.0)
+
+
+def test_megatrons_recompute_modules_replay_the_moe_layers_norm_and_expert_activation_forward():
+    # Megatron's element-wise ops are fused (TE): the pre-MLP norm's forward reads and writes h (2 x 2 B per
+    # element), the fused SwiGLU's reads gate and up and writes their product (3 x 2 B per inner element), once more
+    # in backward for each routed copy: h = 64, top-2 of expert_ffn 32
+    from frenzy_core.models import ModelSpec
+    from frenzy_core.perf import elementwise_bytes_per_token
+    from frenzy_core.training import TrainingSpec
+
+    moe = ModelSpec(name="m", vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
+                    mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", num_experts=4, moe_top_k=2,
+                    expert_ffn_size=32, max_positions=64)
+    base = dict(framework="megatron", seq_len=64, global_batch=1, precision="bf16-master")
+    dense0, moe0 = elementwise_bytes_per_token(moe, TrainingSpec(**base))
+    dense1, moe1 = elementwise_bytes_per_token(moe, TrainingSpec(**base, recompute_modules=("layernorm", "moe_act")))
+    assert dense1 == dense0 and moe1 - moe0 == 64 * 2 * 2 + 2 * 32 * 3 * 2

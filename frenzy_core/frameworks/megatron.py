@@ -19,8 +19,10 @@ MEGATRON_VOCAB_PARALLEL_CE_BYTES = FP32_BYTES + BF16_BYTES  # = 6
 
 # Megatron-Core's own switches: --moe-grouped-gemm (TE GroupedLinear experts, multi-stream workspaces),
 # --fp8-param-gather (fp8 weights), --grad-reduce-in-bf16 (bf16 main grads), --use-precision-aware-optimizer
-# (16-bit master remainders; NeMo's Apex distributed_fused_adam keeps them too)
-SWITCHES = ("moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "param_remainders")
+# (16-bit master remainders; NeMo's Apex distributed_fused_adam keeps them too), --recompute-modules layernorm /
+# moe_act (TrainingSpec.recompute_modules: output-discarding recomputation, memory.activations
+# recompute_module_terms)
+SWITCHES = ("moe_grouped_gemm", "fp8_params", "bf16_grad_reduce", "param_remainders", "recompute_modules")
 
 # megatron/core (transformer_impl=transformer_engine): bf16 params, fp32 main grads, vocab-parallel loss
 RECIPE = replace(
@@ -105,7 +107,7 @@ FRAMEWORK = Framework(
     supports_amp=False,
     supports_chunked_loss=False,
     switches=SWITCHES,
-    switches_label="grouped GEMM, fp8 weights, bf16 grads, master remainders",
+    switches_label="grouped GEMM, fp8 weights, bf16 grads, master remainders, per-module recompute",
     dp_overlap_default=dp_overlap_default,
     tp_overlap_default=tp_overlap_default,
     attention_kernel=attention_kernel,
@@ -113,6 +115,6 @@ FRAMEWORK = Framework(
     amp_refusal="megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32",
     chunked_loss_refusal="megatron's vocab-parallel loss is not chunked: use loss_chunks 1",
     switch_refusal="{field} is Megatron-Core's switch (--moe-grouped-gemm, --fp8-param-gather, --grad-reduce-in-bf16, "
-                   "--use-precision-aware-optimizer): "
+                   "--use-precision-aware-optimizer, --recompute-modules): "
                    "use framework megatron, got {framework}",
 )

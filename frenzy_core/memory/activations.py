@@ -173,6 +173,8 @@ def layer_activations(
         attention, mlp = _with_lora(model, training, recipe, cx, attention, mlp)
     if training.fp8_linears:
         attention, mlp = _with_fp8_linears(model, cx, attention, mlp)
+    if training.recompute_modules and moe_layer:
+        mlp = _with_recompute_modules(model, training, cx, mlp)
     return _layer_sum(model, recipe, cx, attention, mlp)
 
 
@@ -451,6 +453,28 @@ def _with_fp8_linears(model: ModelSpec, cx: _LayerContext, attention: _Attention
     attention = replace(attention, qkv_input=FP8_BYTES * h, split=attention.split + FP8_BYTES * o)
     mlp = replace(mlp, fc1_input=FP8_BYTES * h, inner_bytes=mlp.inner_bytes - (cx.act - FP8_BYTES) * mlp.routing.inner)
     return attention, mlp
+
+
+def _with_recompute_modules(model: ModelSpec, training: TrainingSpec, cx: _LayerContext, mlp: _MlpTerms) -> _MlpTerms:
+    """An MoE layer under Megatron's output-discarding recomputation (TrainingSpec.recompute_modules; Megatron-LM
+    @d98e8a64). Each checkpointed module runs without saving its internals, keeps its input and frees its output
+    once the next op has read it, and runs again in backward:
+
+    layernorm  transformer_layer.py TransformerLayer.__init__ sets recompute_pre_mlp_layernorm where
+               pre_mlp_layernorm is a module of its own: a Transformer Engine MoE layer's TENorm (a dense layer's
+               norm is fused into linear_fc1's LayerNormLinear, and the attention's into linear_qkv's: IdentityOp, not
+               recomputed). The norm's output, which the router's linear and the dispatcher read, and its fp32
+               statistics are not kept; its input, the residual stream, is (the checkpoint's input).
+    moe_act    moe/experts.py `activation_recompute` (with fp8 `set_save_original_input(self.linear_fc2)`, so fc2
+               keeps no fp8 copy either): the activation keeps fc1's output (2 x inner for SwiGLU, inner for GELU) and
+               fc2's input is not kept.
+    """
+    if "layernorm" in training.recompute_modules:  # neither its output nor its statistics (run without grad)
+        mlp = replace(mlp, fc1_input=0.0, norm_stats=0.0)
+    if "moe_act" in training.recompute_modules:
+        fc1_output = cx.act * (2 if model.mlp_kind == "swiglu" else 1) * mlp.routing.inner
+        mlp = replace(mlp, inner_bytes=fc1_output)
+    return mlp
 
 
 def _layer_sum(model: ModelSpec, recipe: Recipe, cx: _LayerContext, attention: _AttentionTerms,
