@@ -9,14 +9,15 @@ express (the row -> spec builders are bench/step_time_accuracy.py's, imported, n
 
 1. **fit**: `memory.predict_memory` at the row's exact TrainingSpec / Parallelism (its micro-batch, recompute, fp8,
    distributed optimizer, sequence parallelism) against the GPU's memory less the planner's default safety margin
-   (`limits.DEFAULT_SAFETY_MARGIN`): does it fit? A published run that does not is a memory-model error.
+   (`limits.DEFAULT_SAFETY_MARGIN`): does it fit there, and (`fits_capacity`, since 2026-12-03) does the prediction
+   fit the whole GPU? A published run over the whole GPU is a memory-model error (or a feature the planner cannot
+   express, named in the row's notes); one only over the margin is the margin's choice.
 2. **found**: `plans.rank_plans` for that model and training on a cluster of exactly that many GPUs of that type
    (nodes of the row's gpus_per_node and network), objective time: is the published split (d, t, p, cp, ep, vp) among
    the top three, or is one of the top three predicted within `CLOSE_FRACTION` of the row's measured tokens/s/GPU?
 
 Uneven pipelines are passed through (the row's first / last stage layers) where the memory model takes them; rows
-whose micro-batch / vp are unpublished, LoRA rows (rank unpublished) and hybrid Mamba rows are listed as not
-expressible. Nothing here is fitted; the held-out flag is printed per row, the summary splits by it.
+whose micro-batch / vp are unpublished and hybrid Mamba rows are listed as not expressible. Nothing here is fitted; the held-out flag is printed per row, the summary splits by it.
 The LAST LINE printed is one JSON object; units are in the key names.
 """
 
