@@ -326,3 +326,17 @@ def test_paged_share_counts_one_head_adapter_but_one_adapter_per_layer_for_q_and
 
     training = TrainingSpec(lora_rank=8, lora_targets="q,v,head")
     assert paged_state_fraction(ZOO["llama-2-7b"], training) == pytest.approx(256_000 / (4_194_304 + 32_768 + 256_000))
+
+
+def test_a_head_adapter_with_dropout_keeps_its_mask_and_dropped_copy_by_hand():
+    # LoRA on the LM head (h = 64, V = 1000, r = 8) at bf16: lora_B keeps its r-wide input (2 x 8 B per token); with
+    # dropout the adapter's nn.Dropout keeps its 1-byte mask and the dropped bf16 copy of the h-wide input
+    # (2 x 64 + 64 B); DoRA adds two bf16 V-wide products (2 x 2 x 1000 B)
+    from frenzy_core.memory import lora_head_bytes_per_token
+
+    base = dict(seq_len=64, global_batch=1, precision="bf16", lora_rank=8, lora_targets="q,v,head")
+    assert lora_head_bytes_per_token(TINY, TrainingSpec(**base), 2) == 16
+    assert lora_head_bytes_per_token(TINY, TrainingSpec(**base, lora_dropout=0.1), 2) == 16 + (2 + 1) * 64
+    dora = TrainingSpec(**base, lora_dropout=0.1, lora_variant="dora")
+    assert lora_head_bytes_per_token(TINY, dora, 2) == 16 + 3 * 64 + 2 * 2 * 1000
+    assert lora_head_bytes_per_token(TINY, TrainingSpec(**{**base, "lora_targets": "q,v"}), 2) == 0
