@@ -995,3 +995,15 @@ def test_check_sizes_counts_every_routed_expert_activation_of_a_top_2_model():
                          position_kind="learned", max_positions=1 << 10, norm_kind="layernorm", bias=False)
     assert _size_error_field(wide_moe.model_copy(update={"num_experts": 0, "moe_top_k": 0}), 1 << 8, 1 << 24) is None
     assert _size_error_field(wide_moe, 1 << 8, 1 << 24) == "hidden_size"
+
+
+def test_a_one_layer_first_stage_under_interleaving_has_an_empty_first_chunk():
+    # Megatron's account-for-embedding layout with 3 layers over PP2 x VP2 (4 slots, 1 per chunk): the first stage
+    # holds 1 layer, its chunk 0 the embedding's empty slot and chunk 1 the layer. Rank 0's interleaved warm-up is
+    # (p - 1) x 2 + (vp - 1) x p = 4 chunk-forwards, + 1 in progress; chunk-forward k runs chunk (k // p) mod vp:
+    # k = 0, 1, 4 on the empty chunk, k = 2, 3 on the layer: 2 layers in flight (not 5 x 1 / 2)
+    from frenzy_core.memory.pipeline import in_flight_layers
+    from frenzy_core.training import lighter_chunk_layout
+
+    assert lighter_chunk_layout(2, 1, 0) == (True, False)
+    assert float(in_flight_layers(3, 2, 2, 4, 0, 1, 0)) == 2.0
