@@ -124,6 +124,10 @@ def build_training(row: dict, model: ModelSpec) -> tuple[TrainingSpec, list[str]
         distributed_optimizer=bool(row["distributed_optimizer"]), recompute=recompute, recompute_every=recompute_every,
         recompute_modules=recompute_modules,
         sequence_parallel=bool(sp), attention="flash", framework=FRAMEWORKS[row["framework"]],
+        # torchtitan builds torch.optim.AdamW with its config's `implementation`, default "fused"
+        # (torchtitan/config/job_config.py, Optimizer); the other stacks' rows keep "adamw" (Megatron and DeepSpeed
+        # step with their own FusedAdam whatever it is called: Framework.optimizer_kernel)
+        optimizer="adamw-fused" if row["framework"] == "fsdp2" else "adamw",
         fp8_linears=row["precision"] == "fp8", compile=bool(row["compile"]),
         # Megatron's fp8 weights and bf16 main grads, where the row's recipe sets them (`precision_source`)
         fp8_params=bool(row.get("fp8_params")), bf16_grad_reduce=bool(row.get("bf16_grad_reduce")),

@@ -86,7 +86,7 @@ def estimate(
     >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
     >>> e = estimate(ZOO["gpt2"], tr, Parallelism(), CATALOG["A100-40GB"])
     >>> round(e.step_time_s, 4), e.fits, [p.name for p in e.parts][:3]
-    (0.1597, True, ['compute', 'tp_comm', 'ep_comm'])
+    (0.1642, True, ['compute', 'tp_comm', 'ep_comm'])
     """
     if num_gpus is not None and num_gpus != par.num_gpus:
         raise SpecError("gpus", f"d x t x p x cp = {par.dp} x {par.tp} x {par.pp} x {par.cp} = {par.num_gpus} GPUs, "

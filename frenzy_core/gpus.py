@@ -169,7 +169,9 @@ _CATALOG_LIST = [
                    "price: public cloud lists 2025",
             mfu_source=f"{_FOUNDRY}: the H100 figure, 7b seq 2048 8 GPUs MFU 46.44 and hw_efficiency 0.4843 "
                        "(assumed: same GH100 compute; no llm-foundry H200 table, and the accuracy bench's H200 rows "
-                       "are all held out)",
+                       "are all held out); its attention kernels' rates are its own, measured on an H200 "
+                       "(perf.ATTENTION_KERNEL_TFLOPS_BY_TYPE, bench/data/gpu_h200_2026-12-04), where its GEMMs "
+                       "reached 0.21-0.76 of peak by shape, median 0.62 (docs/perf.md 'Measuring on a GPU')",
             calibration_source=f"not measured: no overhead; {_NOMINAL}"),
     # torchtitan's H100 rows run on this part (bench/data/published_throughput.md): a 500 W cap on GH100 silicon,
     # so its efficiency is its own, fitted on the one bf16 row of the accuracy bench that is not held out

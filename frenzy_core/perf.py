@@ -75,7 +75,6 @@ from frenzy_core.gpus import GPUType
 from frenzy_core.memory import lora_head_parameters, lora_parameters
 from frenzy_core.models import ModelSpec
 from frenzy_core.training import (
-    OPTIMIZER_STATE_BYTES,
     Parallelism,
     PipelineStages,
     TrainingSpec,
@@ -256,6 +255,18 @@ ATTENTION_KERNEL_TFLOPS: dict[tuple[str, tuple[int, int]], tuple[tuple[float, ..
     ("flash-attn-2", (8, 0)): (A100_FWD_BWD_CAUSAL_TFLOPS["flash-attn-2"], A100_FWD_BWD_CAUSAL_TFLOPS["flash-attn-2"]),
     ("flash-attn-2", (9, 0)): (H100_FWD_CAUSAL_TFLOPS["flash-attn-2"], causal_backward_tflops("flash-attn-2")),
     ("cudnn", (9, 0)): (H100_FWD_CAUSAL_TFLOPS["cudnn"], causal_backward_tflops("cudnn")),
+}
+# Measured on a catalog type itself, which then takes these instead of its architecture's paper figures: NVIDIA H200
+# SXM (141 GB HBM3e, 700 W), bench/measure_gpu.py --mode kernels, 2026-12-04, torch 2.11.0+cu130 (stored in
+# bench/data/gpu_h200_2026-12-04/kernels_gpu.json): F.scaled_dot_product_attention under sdpa_kernel(FLASH_ATTENTION)
+# (FlashAttention-2's kernels) and sdpa_kernel(CUDNN_ATTENTION), causal, the papers' setting above (head dim 128, 16
+# heads, batch x seqlen = 16k tokens), FLOPs as perf.py counts them; the median of 10 timed calls, the backward as
+# (forward + backward) - forward. (forward, backward) TFLOP/s at ATTENTION_KERNEL_SEQ_LENS:
+ATTENTION_KERNEL_TFLOPS_BY_TYPE: dict[tuple[str, str], tuple[tuple[float, ...], tuple[float, ...]]] = {
+    ("flash-attn-2", "H200-141GB"): ((168.81, 226.97, 259.5, 299.51, 313.39, 321.4),
+                                     (114.24, 154.15, 212.21, 254.82, 280.89, 309.23)),
+    ("cudnn", "H200-141GB"): ((268.5, 339.23, 491.96, 550.76, 603.91, 631.55),
+                              (163.14, 241.16, 349.62, 481.38, 535.78, 540.4)),
 }
 # The catalog types the benchmarked parts stand for, by compute capability (the kernels' code path): A100-40GB /
 # 80GB are the benchmarked GA100 (sm80); H200 is the GH100 die at the benchmarked H100 SXM5's 700 W; H100-96GB
@@ -493,8 +504,8 @@ def attention_kernel_tflops(training: TrainingSpec, gpu: GPUType, seq_per_rank) 
     capability = ATTENTION_KERNEL_COMPUTE_CAPABILITY.get(gpu.name)
     if capability is None:
         return None
-    rates = ATTENTION_KERNEL_TFLOPS.get((get_framework(training.framework).attention_kernel(training, capability),
-                                         capability))
+    kernel = get_framework(training.framework).attention_kernel(training, capability)
+    rates = ATTENTION_KERNEL_TFLOPS_BY_TYPE.get((kernel, gpu.name)) or ATTENTION_KERNEL_TFLOPS.get((kernel, capability))
     if rates is None:
         return None
     at = np.log2(np.asarray(seq_per_rank, dtype=np.float64))
@@ -591,6 +602,56 @@ def elementwise_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUTyp
     to_flops = gpu.peak_tflops("bf16") * 1e12 * eff / (gpu.memory_bandwidth_gbyte_s * 1e9)
     dense, moe = elementwise_bytes_per_token(model, training) if bytes_per_token is None else bytes_per_token
     return dense * to_flops, moe * to_flops
+
+
+# --- the optimizer step ---------------------------------------------------------------------------------------------
+# The step is memory-bound: its time is the bytes it moves at HBM bandwidth, and how many it moves depends on the
+# kernel (Framework.optimizer_kernel). A fused kernel (torch's fused=True, apex / Transformer Engine / DeepSpeed
+# FusedAdam, bitsandbytes' 8-bit step) reads weights, grads, master copy and states once and writes weights,
+# master and states once. torch.optim's default foreach kernels run one multi-tensor op after another, each a full
+# pass. Element accesses per updated parameter, read (r) and written (w), of o the updated parameter (the fp32
+# master where the recipe keeps one), g its gradient, m exp_avg, v exp_avg_sq and q the exp_avg_sq_sqrt temporary
+# (v's dtype), in torch/optim/adam.py _multi_tensor_adam (torch 2.13; AdamW: decoupled weight decay, not capturable):
+#   _foreach_mul_(params, 1 - lr wd)                                   r o,       w o
+#   _foreach_lerp_(exp_avgs, grads, 1 - beta1)                         r m g,     w m
+#   _foreach_mul_(exp_avg_sqs, beta2)                                  r v,       w v
+#   _foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)            r v g g,   w v
+#   exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs)                       r v,       w q
+#   _foreach_div_(exp_avg_sq_sqrt, bias_correction2_sqrt)              r q,       w q
+#   _foreach_add_(exp_avg_sq_sqrt, eps)                                r q,       w q
+#   _foreach_addcdiv_(params, exp_avgs, exp_avg_sq_sqrt, step_size)    r o m q,   w o
+FOREACH_ADAMW_ACCESSES = {"param": 4, "grad": 3, "exp_avg": 3, "exp_avg_sq": 5, "temporary": 6}
+# torch/optim/sgd.py _multi_tensor_sgd, momentum, no weight decay, no Nesterov (b the momentum buffer):
+#   _foreach_mul_(bufs, momentum) r b, w b; _foreach_add_(bufs, grads, 1 - dampening) r b g, w b;
+#   _foreach_add_(params, bufs, alpha=-lr) r o b, w o
+FOREACH_SGD_ACCESSES = {"param": 2, "grad": 1, "momentum": 5}
+
+
+def optimizer_sweep_bytes(setup, training: TrainingSpec) -> float:
+    """HBM bytes one optimizer step moves per parameter it updates, under `training`'s stack's kernel. A recipe with
+    fp32 masters steps them and then writes the model's copy (read the master, write the parameter).
+
+    >>> from frenzy_core.precision import PRECISIONS
+    >>> amp = PRECISIONS["amp"]  # fp32 params and grads, no master, AdamW's two fp32 moments
+    >>> optimizer_sweep_bytes(amp, TrainingSpec(optimizer="adamw-fused"))  # r 4 + 4 + 8, w 4 + 8
+    28.0
+    >>> optimizer_sweep_bytes(amp, TrainingSpec(optimizer="adamw"))  # (4 + 3 + 3 + 5 + 6) accesses x 4 B
+    84.0
+    >>> optimizer_sweep_bytes(amp, TrainingSpec(framework="megatron", optimizer="adamw"))  # FusedAdam
+    28.0
+    """
+    state_bytes = training.optimizer_bytes(setup)[0]  # the states in their own dtype (bf16 under pure bf16)
+    if get_framework(training.framework).optimizer_kernel(training) == "fused":
+        return float(setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
+                     + setup.param_bytes + setup.master_bytes + state_bytes)
+    updated = setup.master_bytes or setup.param_bytes
+    copy_back = setup.master_bytes + setup.param_bytes if setup.master_bytes else 0.0
+    if training.optimizer == "sgd":
+        a = FOREACH_SGD_ACCESSES
+        return float(a["param"] * updated + a["grad"] * setup.grad_bytes + a["momentum"] * state_bytes + copy_back)
+    a, moment = FOREACH_ADAMW_ACCESSES, state_bytes / 2
+    return float(a["param"] * updated + a["grad"] * setup.grad_bytes
+                 + (a["exp_avg"] + a["exp_avg_sq"] + a["temporary"]) * moment + copy_back)
 
 
 # --- step time ------------------------------------------------------------------------------------------------------
@@ -836,9 +897,7 @@ def _components(
     dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
     # Optimizer: one sweep reading weights, grads, master copy and states and writing weights, master and states,
     # over the local shard (sharded further by d under ZeRO >= 1 or the distributed optimizer). Memory-bound.
-    state_bytes = OPTIMIZER_STATE_BYTES[training.optimizer]
-    read_bytes = setup.param_bytes + setup.grad_bytes + setup.master_bytes + state_bytes
-    write_bytes = setup.param_bytes + setup.master_bytes + state_bytes
+    sweep_bytes = optimizer_sweep_bytes(setup, training)
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
     if "weights" not in memo:
         memo["weights"] = _parameter_counts(model, training)
@@ -860,7 +919,7 @@ def _components(
     head_s = tokens * per_token.head / stage_flops_s
     # Seconds one parameter of a stage adds to its all-reduce and optimizer step: dense parts split by t, routed
     # experts by etp x ep
-    opt_bytes_per_s = (read_bytes + write_bytes) / (gpu.memory_bandwidth_gbyte_s * 1e9)
+    opt_bytes_per_s = sweep_bytes / (gpu.memory_bandwidth_gbyte_s * 1e9)
     dense_param_s = (volume * 2 * (d_grad - 1) / d_grad * setup.grad_bytes / dp_link
                      + opt_bytes_per_s / (d_grad if sharded else 1.0)) / t
     expert_param_s = (volume * 2 * (d_expert - 1) / d_expert * setup.grad_bytes / dp_link
@@ -1183,7 +1242,7 @@ def step_time(
     >>> st = step_time(ZOO["gpt2"], TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp"),
     ...                Parallelism(), CATALOG["A100-40GB"], mfu=0.5)
     >>> round(st.compute_s, 4), round(st.step_time_s, 4), st.dp_comm_s
-    (0.0424, 0.1657, 0.0)
+    (0.0424, 0.1702, 0.0)
     """
     check_parallelism(model, training, par)
     c = _components(
@@ -1267,7 +1326,7 @@ def step_time_totals(
     >>> from frenzy_core.models import ZOO
     >>> tr = TrainingSpec(seq_len=1024, global_batch=8, micro_batch=8, precision="amp")
     >>> step_time_totals(ZOO["gpt2"], tr, CATALOG["A100-40GB"], [1, 2], 1, 1, [8, 4], mfu=0.5).round(4)
-    array([0.1657, 0.1461])
+    array([0.1702, 0.1506])
     """
     c = _components(
         model,

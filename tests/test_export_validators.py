@@ -72,7 +72,8 @@ def _deepspeed_exports() -> list[tuple[str, int, dict]]:
     moe = TrainingSpec(seq_len=4096, global_batch=64, framework="megatron", distributed_optimizer=True,
                        recompute="full")
     mixtral = ZOO["mixtral-8x7b"]
-    plan = next(p for p in rank_plans(mixtral, moe, CLUSTER, tokens=TOKENS).plans if p.ep > 1 and p.vp == 1)
+    plan = next(p for p in rank_plans(mixtral, moe, CLUSTER, tokens=TOKENS).plans
+                if p.ep > 1 and p.vp == 1 and not p.uneven)  # DeepSpeed refuses uneven stages
     out.append(("moe", plan.dp, json.loads(export_plan("deepspeed", mixtral, moe, plan, CLUSTER, TOKENS))))
     return out
 

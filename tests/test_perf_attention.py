@@ -231,3 +231,23 @@ def test_packed_documents_attend_within_themselves_where_the_kernel_skips_the_ot
     for kw in (dict(packed_doc_tokens=512), dict(packed=True, packed_doc_tokens=8192)):
         with pytest.raises(ValueError, match="packed_doc_tokens"):
             TrainingSpec(seq_len=4096, global_batch=8, **kw)
+
+
+def test_the_h200_rates_are_the_stored_measurement():
+    """perf.ATTENTION_KERNEL_TFLOPS_BY_TYPE's H200 figures are bench/data/gpu_h200_2026-12-04/kernels_gpu.json's
+    (bench/measure_gpu.py --mode kernels on a lent H200), and an H200 run takes them over the H100 papers'."""
+    import json
+    from pathlib import Path
+
+    from frenzy_core.gpus import CATALOG
+    from frenzy_core.perf import ATTENTION_KERNEL_SEQ_LENS, ATTENTION_KERNEL_TFLOPS_BY_TYPE, attention_kernel_tflops
+    from frenzy_core.training import TrainingSpec
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "data" / "gpu_h200_2026-12-04" / "kernels_gpu.json"
+    rows = {r["seq_len"]: r for r in json.loads(path.read_text())["attention"]}
+    for kernel, key in (("flash-attn-2", "flash"), ("cudnn", "cudnn")):
+        fwd, bwd = ATTENTION_KERNEL_TFLOPS_BY_TYPE[(kernel, "H200-141GB")]
+        assert fwd == tuple(rows[s][f"{key}_fwd_tflops"] for s in ATTENTION_KERNEL_SEQ_LENS)
+        assert bwd == tuple(rows[s][f"{key}_bwd_tflops"] for s in ATTENTION_KERNEL_SEQ_LENS)
+    h200 = attention_kernel_tflops(TrainingSpec(), CATALOG["H200-141GB"], 8192)
+    assert [round(float(x), 2) for x in h200] == [313.39, 280.89]  # measured, not the H100's 333 / 286

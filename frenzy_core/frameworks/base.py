@@ -124,6 +124,18 @@ def _sdpa_flash(training: Any, compute_capability: tuple[int, int]) -> str:
     return "flash-attn-2"
 
 
+def torch_optimizer_kernel(training: Any) -> str:
+    """torch.optim as a script builds it with its defaults on CUDA: AdamW and SGD run their foreach kernels
+    (torch/optim/optimizer.py _default_to_fused_or_foreach: `fused` stays off unless asked for, `foreach` is on when
+    every parameter is a CUDA tensor); `adamw-fused` asks for fused=True; bitsandbytes' 8-bit AdamW is one kernel."""
+    return "foreach" if training.optimizer in ("adamw", "sgd") else "fused"
+
+
+def fused_optimizer_kernel(training: Any) -> str:
+    """A stack that steps with one fused kernel per chunk of parameters, whatever the optimizer's name."""
+    return "fused"
+
+
 def _eager(training: Any) -> bool:
     """Eager PyTorch: each aten op of a norm, activation, residual add or rotary runs as its own kernel, reading its
     inputs from HBM and writing its output back (perf.elementwise_bytes_per_token's eager counts)."""
@@ -183,6 +195,9 @@ class Framework:
     # modules, torch.compile's Inductor), training -> bool; default: eager PyTorch, one kernel per aten op
     # (perf.elementwise_bytes_per_token)
     elementwise_fused: Callable[[Any], bool] = _eager
+    # the optimizer step's kernel, training -> "foreach" (torch.optim's default multi-tensor ops, one pass over the
+    # states per op) or "fused" (one pass reading and writing each tensor once): perf.optimizer_sweep_bytes
+    optimizer_kernel: Callable[[Any], str] = torch_optimizer_kernel
     # --- validation messages (TrainingSpec raises them) ---------------------------------------------------------
     amp_refusal: str = ""  # precision amp under a stack without autocast
     chunked_loss_refusal: str = ""  # loss_chunks > 1 under a stack whose loss is not chunked

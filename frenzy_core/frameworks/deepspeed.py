@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from frenzy_core.frameworks import pytorch
-from frenzy_core.frameworks.base import BF16_BYTES, FP32_BYTES, Framework, Recipe
+from frenzy_core.frameworks.base import BF16_BYTES, FP32_BYTES, Framework, Recipe, fused_optimizer_kernel
 from frenzy_core.precision import PrecisionSetup
 
 # --- DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig) -------------------------------
@@ -103,6 +103,10 @@ FRAMEWORK = Framework(
     supports_uneven_stages=False,
     supports_ep=True,
     experts_fit=None,
+    # the optimizer: DeepSpeed's FusedAdam (deepspeed/ops/adam/fused_adam.py) for an "Adam" / "AdamW" config on the
+    # GPU (DeepSpeed 0.19.8 deepspeed/runtime/engine.py get_optimizer_configuration, called by
+    # _configure_basic_optimizer: torch.optim.AdamW only with "torch_adam": true, DeepSpeedCPUAdam when offloaded)
+    optimizer_kernel=fused_optimizer_kernel,
     fully_shards=False,
     zero_stages=(0, 1, 2, 3),
     supports_amp=True,

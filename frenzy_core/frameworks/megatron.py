@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from frenzy_core.frameworks import pytorch
-from frenzy_core.frameworks.base import BF16_BYTES, FP32_BYTES, Framework
+from frenzy_core.frameworks.base import BF16_BYTES, FP32_BYTES, Framework, fused_optimizer_kernel
 
 # megatron/core/tensor_parallel/cross_entropy.py, _VocabParallelCrossEntropy: logits.float() once, then max-subtract,
 # exp and divide in place; save_for_backward(exp_logits) keeps that one fp32 softmax; backward turns it into the
@@ -102,6 +102,10 @@ FRAMEWORK = Framework(
     # expert parallelism carved out of d x cp (etp = t: etp x ep divides tp x dp x cp, training.check_parallelism)
     supports_ep=True,
     experts_fit=None,
+    # the optimizer: Transformer Engine's FusedAdam / FusedSGD, else apex's (megatron-core 0.16.1
+    # megatron/core/optimizer/__init__.py: `from transformer_engine.pytorch.optimizers import FusedAdam as Adam`,
+    # then `from apex.optimizers import FusedAdam as Adam`; torch's only with neither installed, which it warns of)
+    optimizer_kernel=fused_optimizer_kernel,
     fully_shards=False,
     zero_stages=(0, 1, 2, 3),
     supports_amp=False,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frenzy_core.frameworks import get as get_framework
 from frenzy_core.memory.states import effective_zero_stage, paged_state_fraction
 from frenzy_core.models import ModelSpec
 from frenzy_core.recipes import Recipe, block_recipe, run_recipe
@@ -71,6 +72,8 @@ def step_context(model: ModelSpec, training: TrainingSpec, dp, tp, pp, b, cp=1, 
     et = expert_tp_array(etp, t)  # expert tensor parallelism (0: t)
     zero = effective_zero_stage(training)
     opt_state, opt_temp = training.optimizer_bytes(ps)
+    if get_framework(training.framework).optimizer_kernel(training) == "fused":
+        opt_temp = 0.0  # a fused kernel (Framework.optimizer_kernel) steps in place: no foreach temporary
     if training.paged_optimizer:
         # bitsandbytes optim/optimizer.py get_state_buffer (at 95f9af30): a state of >= 1e5 elements is
         # F.get_paged (cudaMallocManaged), outside PyTorch's allocator, paged to the host under pressure; smaller
