@@ -57,6 +57,9 @@ TARGET_REAL_MEDIAN_ABS_ERR, TARGET_REAL_WORST_UNDER = 0.05, -0.10  # megatron / 
 TARGET_HF_MEDIAN_ABS_ERR, TARGET_HF_WORST_UNDER = 0.03, -0.05  # hf vs the transformers traces
 # Run features whose memory effect no recipe models yet (a row with one is reported apart, whatever its error).
 # torchtitan's per-block torch.compile is modelled (TrainingSpec.compile, fsdp2 only), so it is not listed:
+# ... except under these stacks, where the recipe models it: torchtitan's float8 linears are torchao's Float8Linear,
+# which saves its bf16 operands (Recipe.fp8_saves_casts False: no saved tensor or cached weight changes)
+FEATURES_MODELLED_UNDER = {"float8-linears": ("fsdp2",)}
 FEATURES_NOT_MODELLED = (
     "float8",  # fp8 linears / fp8 all-gather (torchao, TE): other saved dtypes
     "loss-parallel", "async-tp",  # torchtitan TP loss / async TP buffers
@@ -211,6 +214,8 @@ def _row_specs(row: dict) -> tuple[ModelSpec, TrainingSpec, Parallelism]:
     split = Parallelism(dp=par["dp"], tp=par["tp"], pp=par["pp"], cp=par.get("cp") or 1, vp=par.get("vp") or 1,
                         ep=par.get("ep") or 1, etp=par.get("etp") or (etp[0] if etp else 0))
     training = {**row["training"], "moe_grouped_gemm": GROUPED_GEMM_FEATURE in row.get("features", [])}
+    if row["framework"] in FEATURES_MODELLED_UNDER["float8-linears"] and "float8-linears" in row.get("features", []):
+        training["fp8_linears"] = True
     return ModelSpec(**row["model_spec"]), TrainingSpec(**training), split
 
 
@@ -232,7 +237,8 @@ def compare_real_gpu(rows: list[dict]) -> list[dict]:
     """Signed errors of each row's own framework recipe; rows no spec can express get `skipped` instead."""
     out = []
     for row in rows:
-        unmodelled = [f for f in row.get("features", []) if any(f.startswith(k) for k in FEATURES_NOT_MODELLED)]
+        unmodelled = [f for f in row.get("features", []) if any(f.startswith(k) for k in FEATURES_NOT_MODELLED)
+                      and row["framework"] not in FEATURES_MODELLED_UNDER.get(f, ())]
         # MoE rows are reported as "<framework>-moe": their dispatcher terms are the least checked (docs/memory.md)
         moe = "-moe" if row["model_spec"].get("num_experts") else ""
         entry = {"id": row["id"], "framework": row["framework"] + moe, "split": row["split"], "unmodelled": unmodelled,

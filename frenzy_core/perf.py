@@ -160,6 +160,12 @@ FP8_OPERAND_BYTES = 1
 # projection's and the MLP's second GEMM's inputs, and every linear's output gradient, are cast by a kernel of
 # their own. Weights are cast once per step (TE caches them across micro-batches, `is_first_microbatch`): left out.
 FP8_CAST_BYTES_PER_ELEMENT = 2 + 1 + 1
+# torchao's Float8Linear (torchtitan's float8 converter; Recipe.fp8_saves_casts False) caches no weight: its autograd
+# function saves the bf16 weight and casts it in forward (for x W^T) and again in backward (for the input gradient,
+# the other layout), every micro-batch (torchao/float8/float8_linear.py matmul_with_hp_or_float8_args), and once
+# more in the replayed forward of full recomputation. Per cast: read the bf16 weight (2), write its fp8 copy (1).
+FP8_WEIGHT_CASTS_PER_MICROBATCH = 2
+FP8_WEIGHT_CAST_BYTES = 2 + 1
 
 # --- memory-bound element-wise work: HBM bytes per element, forward and backward ----------------------------------
 # A layer's norms, activation / GLU, residual adds and rotary embedding do a few FLOPs per byte: their time is the
@@ -831,6 +837,15 @@ def _components(
         to_flops = FP8_CAST_BYTES_PER_ELEMENT / (gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
         dense_time_flops = dense_time_flops + dense_cast * to_flops
         moe_time_flops = moe_time_flops + moe_cast * to_flops
+        if not get_framework(training.framework).recipe.fp8_saves_casts:
+            # torchao: each micro-batch casts every linear weight again (FP8_WEIGHT_CASTS_PER_MICROBATCH), per token
+            # of the micro-batch (b x s on each rank); the dense layer's weights only (MoE experts under torchao's
+            # grouped fp8 GEMMs are not modelled)
+            replay = 1.0 if training.recompute == "full" else 0.0
+            casts = (FP8_WEIGHT_CASTS_PER_MICROBATCH + replay) * (model.attention_parameters()
+                                                                   + model.dense_mlp_parameters()) / (b * s)
+            dense_time_flops = dense_time_flops + casts * FP8_WEIGHT_CAST_BYTES / (
+                gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
     if mfu is None:
         # the layers' memory-bound element-wise ops (norms, activation, rotary, residual adds) as HBM traffic /
         # bandwidth, eager or fused as the stack runs them (`elementwise_bytes_per_token`); an explicit `mfu`

@@ -746,3 +746,23 @@ def test_op_sac_replays_every_second_matmul():
     none, op = token_flops(GPT2, base), token_flops(GPT2, sac)
     assert op.dense_linear / none.dense_linear == pytest.approx(7 / 6)
     assert op.attention == none.attention  # SDPA's output is saved: the attention core is not replayed
+
+
+def test_torchao_fp8_casts_every_weight_each_micro_batch_by_hand():
+    """torchtitan's torchao Float8Linear caches no weight: each micro-batch casts every linear weight twice (forward
+    and the input gradient's layout), 2 B read + 1 B written each. On one H100 with the global batch fixed, four
+    micro-batches instead of two add 2 x 2 casts x 3 B per linear weight of the layers over HBM; nothing else in
+    the step depends on the micro-batch size. Megatron (Transformer Engine) caches the casts: no difference."""
+    from frenzy_core.models import ZOO
+
+    model, h100 = ZOO["llama-3.1-8b"], CATALOG["H100-80GB"]
+    layer_linears = model.attention_parameters() + model.dense_mlp_parameters()
+
+    def compute(framework, b):
+        tr = TrainingSpec(framework=framework, seq_len=2048, global_batch=4, micro_batch=b, precision="bf16-master",
+                          fp8_linears=True, attention="flash")
+        return step_time(model, tr, Parallelism(), h100).compute_s
+
+    extra = (4 - 2) * 2 * model.num_layers * layer_linears * 3 / (h100.memory_bandwidth_gbyte_s * 1e9)
+    assert compute("fsdp2", 1) - compute("fsdp2", 2) == pytest.approx(extra, rel=1e-9)
+    assert compute("megatron", 1) == pytest.approx(compute("megatron", 2), rel=1e-12)

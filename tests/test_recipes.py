@@ -460,3 +460,34 @@ def test_fsdp2_with_pipeline_keeps_every_block_of_the_stage_unsharded():
     two = predict_memory(MLM_GPT, training, Parallelism(dp=2, pp=2), overhead=NO_OVERHEAD)
     assert one.transient_bytes == (3_152_384 + 50_304 * 512) * 2 == 57_816_064
     assert two.transient_bytes == (6 * 3_152_384 + 50_304 * 512) * 2 == 89_339_904
+
+
+def test_torchao_fp8_linears_keep_bf16_operands_and_cache_no_weight():
+    """torchtitan's float8 linears are torchao's Float8Linear, whose autograd function saves its bf16 operands
+    (`ctx.save_for_backward(input_hp, weight_hp_t)`, torchao/float8/float8_linear.py) and casts again in backward:
+    under fsdp2 fp8 changes no term of the memory. Transformer Engine (the other stacks) keeps each linear's fp8
+    input cast and caches every weight's fp8 cast and transpose: 2 B per linear weight on top."""
+    from frenzy_core.memory import predict_memory
+    from frenzy_core.models import ZOO
+    from frenzy_core.training import Parallelism, TrainingSpec
+
+    model = ZOO["llama-3.1-8b"]
+    base = dict(seq_len=4096, global_batch=8, micro_batch=1, precision="bf16-master", recompute="full")
+    for framework, par in (("fsdp2", Parallelism(dp=8)), ("megatron", Parallelism(dp=8))):
+        runs = [predict_memory(model, TrainingSpec(framework=framework, fp8_linears=fp8, **base), par)
+                for fp8 in (False, True)]
+        if framework == "fsdp2":
+            assert runs[1].allocated_bytes == runs[0].allocated_bytes
+        else:
+            assert runs[1].allocated_bytes != runs[0].allocated_bytes  # TE's fp8 casts and weight cache
+    # the cache Megatron keeps: 2 B per linear weight of the layers (LM head bf16), unsharded
+    layers, h, kv, ffn = model.num_layers, model.hidden_size, model.num_kv_heads * model.head_dim, model.ffn_size
+    linears = layers * (h * (h + 2 * kv) + h * h + 3 * h * ffn)
+    from frenzy_core.memory.copies import fp8_weight_cache_bytes
+    from frenzy_core.memory.step import step_context
+
+    castable = linears + model.vocab_size * h  # the castable weights of a one-stage model: linears and the head
+    for framework, want in (("megatron", 2 * linears), ("fsdp2", 0.0)):
+        training = TrainingSpec(framework=framework, fp8_linears=True, **base)
+        step = step_context(model, training, 8, 1, 1, 1)
+        assert float(fp8_weight_cache_bytes(step, model, training, True, castable)) == pytest.approx(want)

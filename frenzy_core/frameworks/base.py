@@ -92,6 +92,13 @@ class Recipe:
     # LoRA adapters in fp32 on a 16-bit base (PEFT's autocast_adapter_dtype=True): their states are fp32 and each
     # casts its input (memory.adapters.adapter_input_cast_bytes)
     fp32_lora_adapters: bool = False
+    # fp8 linears (TrainingSpec.fp8_linears) as Transformer Engine runs them: each linear keeps the fp8 cast of its
+    # input for the weight gradient and the step caches every weight's fp8 cast and transpose across micro-batches
+    # (memory.activations._with_fp8_linears, memory.copies.fp8_weight_cache_bytes). False: torchao's Float8Linear,
+    # whose autograd function saves its bf16 operands and casts them again in backward (torchao/float8/
+    # float8_linear.py matmul_with_hp_or_float8_args.forward: `ctx.save_for_backward(input_hp, weight_hp_t)`): fp8
+    # changes no saved tensor and caches no weight; its casts live only while one linear's GEMM runs
+    fp8_saves_casts: bool = True
 
     def precision_setup(self, precision: str, training: Any = None) -> PrecisionSetup:
         """The bytes per parameter this framework holds for a `TrainingSpec.precision` (and, given the run's

@@ -31,6 +31,9 @@ RECIPE = replace(
     describes="torchtitan-style FSDP2 (fully_shard, MixedPrecisionPolicy param bf16 / reduce fp32)",
     autocast=False,  # compute on the all-gathered bf16 params: no autocast, no weight cache
     residual_in_compute_dtype=True,
+    # torchtitan's float8 converter swaps nn.Linear for torchao's Float8Linear (torchtitan/components/quantization/
+    # float8.py, torchao.float8 convert_to_float8_training), which saves the bf16 operands: Recipe.fp8_saves_casts
+    fp8_saves_casts=False,
     # torchtitan models/llama/model.py Attention: wq, wk, wv and FeedForward w1, w3 are separate nn.Linear (no
     # autocast, so no extra casts): xq and xk die after apply_rotary_emb, xv after repeat_kv
     separate_projections=True,

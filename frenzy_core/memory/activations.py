@@ -171,7 +171,7 @@ def layer_activations(
     mlp = _mlp_block(model, recipe, cx, moe_layer)
     if training.lora_rank:
         attention, mlp = _with_lora(model, training, recipe, cx, attention, mlp)
-    if training.fp8_linears:
+    if training.fp8_linears and recipe.fp8_saves_casts:
         attention, mlp = _with_fp8_linears(model, cx, attention, mlp)
     if training.recompute_modules and moe_layer:
         mlp = _with_recompute_modules(model, training, cx, mlp)

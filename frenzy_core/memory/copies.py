@@ -132,7 +132,7 @@ def fp8_weight_cache_bytes(step: Step, model: ModelSpec, training: TrainingSpec,
     fp8 weights (`fp8_params`, TE fp8_model_init) the weight already is its fp8 cast: only the transpose is
     cached, 1 B (Float8Tensor keeps its transpose beside its data for the dgrad GEMM); the weights term
     (`states.stage_model_states`) holds the 1 B data."""
-    if not training.fp8_linears:
+    if not (training.fp8_linears and step.recipe.fp8_saves_casts):  # torchao: no cache (Recipe.fp8_saves_casts)
         return 0.0
     copies = 1 if training.fp8_params else 2
     return fp8_linear_parameters(step, model, last, castable) * copies * FP8_BYTES
