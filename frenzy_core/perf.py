@@ -214,6 +214,18 @@ RESIDUAL_ADDS_PER_LAYER = 2
 # torchtitan's repeat_kv (Attention.forward, @3f20451b): unsqueeze / expand / reshape copies k and v to every head
 # before SDPA (n_rep > 1): reads the kv width, writes the heads' width (A each); its backward sums them back. Fused
 # or not (Inductor cannot fold a copy into the attention kernel): Recipe.repeat_kv_copies says which stacks do it.
+# Eager attention (TrainingSpec.attention "eager"): the s x s scores of each head are tensors in HBM, every query
+# against every key (no causal skipping), each op a pass. frenzy_core/tracer.py (HF's eager_attention_forward runs
+# the same ops with an additive mask): scores = q @ k^T (written), * scale, masked_fill, .float(), softmax,
+# .to(bf16), read by probs @ v = forward 8 A + 4 F per score; backward: d(probs) written by dout @ v^T, its cast to
+# fp32 (A + F), softmax_backward_data (reads grad and output, writes: 3 F), the cast back (F + A), masked_fill's
+# and the scale's backward (2 A each), read by the dq and dk GEMMs (2 A) = 9 A + 5 F. A fused scale-mask-softmax
+# (Recipe.fused_softmax, Megatron's FusedScaleMaskSoftmax): scores written and read by it, probs written and read by
+# the GEMM, 4 A; backward: d(probs) written, the fused backward reads it and the probs and writes, the two GEMMs
+# read, 6 A. Dropout on the probabilities: a pass each way (2 A) and its 1-byte mask written and read.
+EAGER_SCORES_BYTES = ((8, 4), (9, 5))
+FUSED_SOFTMAX_SCORES_BYTES = ((4, 0), (6, 0))
+DROPOUT_MASK_BYTES = 1
 REPEAT_KV_BYTES = ((1, 0), (1, 0))  # per element read (kv width) and per element written (heads' width), each way
 FP32_BYTES = 4
 
@@ -567,7 +579,7 @@ def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tup
         repeat = per_element(REPEAT_KV_BYTES) * (model.kv_dim + model.v_dim + widened)
     glu = model.mlp_kind == "swiglu"
     act = per_element((FUSED_SWIGLU_BYTES if fused else EAGER_SWIGLU_BYTES) if glu else GELU_BYTES)
-    common = norms + rotary + residual + repeat
+    common = norms + rotary + residual + repeat + eager_scores_bytes_per_token(model, training, per_element)
     dense = common + act * model.ffn
     if not model.is_moe:
         return float(dense), float(dense)
@@ -582,6 +594,26 @@ def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tup
         glu_bytes = (FUSED_SWIGLU_BYTES if fused else EAGER_SWIGLU_BYTES) if glu else GELU_BYTES
         replays += model.moe_top_k * model.expert_ffn * _forward_bytes(glu_bytes, a)
     return float(dense), float(common + act * moe_width + replays)
+
+
+def eager_scores_bytes_per_token(model: ModelSpec, training: TrainingSpec, per_element) -> float:
+    """HBM bytes per token of eager attention's s x s score tensors (0 under flash attention): heads x seq_len
+    scores per token, EAGER_SCORES_BYTES each (FUSED_SOFTMAX_SCORES_BYTES for a fused scale-mask-softmax), plus
+    dropout's passes and mask. `per_element` turns (forward, backward) counts into bytes with the replays.
+
+    >>> from frenzy_core.models import ZOO
+    >>> tr = TrainingSpec(seq_len=1024, attention="eager")
+    >>> eager_scores_bytes_per_token(ZOO["gpt2"], tr, lambda c: c[0][0] * 2 + c[0][1] * 4 + c[1][0] * 2 + c[1][1] * 4)
+    860160.0
+    """
+    if training.attention != "eager":
+        return 0.0
+    recipe = get_framework(training.framework).recipe
+    fused_softmax = recipe is not None and recipe.fused_softmax
+    per_score = per_element(FUSED_SOFTMAX_SCORES_BYTES if fused_softmax else EAGER_SCORES_BYTES)
+    if training.dropout > 0:
+        per_score += per_element(((2, 0), (2, 0))) + 2 * DROPOUT_MASK_BYTES
+    return float(model.num_heads * training.seq_len * per_score)
 
 
 def _forward_bytes(counts, activation_bytes: int) -> float:

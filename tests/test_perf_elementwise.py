@@ -63,3 +63,20 @@ def test_megatrons_recompute_modules_replay_the_moe_layers_norm_and_expert_activ
     dense0, moe0 = elementwise_bytes_per_token(moe, TrainingSpec(**base))
     dense1, moe1 = elementwise_bytes_per_token(moe, TrainingSpec(**base, recompute_modules=("layernorm", "moe_act")))
     assert dense1 == dense0 and moe1 - moe0 == 64 * 2 * 2 + 2 * 32 * 3 * 2
+
+
+def test_eager_attention_scores_by_hand():
+    """Eager attention moves every head's s x s scores through HBM, op by op (tracer / HF: 8 A + 4 F forward, 9 A +
+    5 F backward = 70 B per score at bf16), Megatron's fused scale-mask-softmax 4 A + 6 A = 20 B; dropout adds a
+    pass each way and its 1-byte mask written and read (2 A + 2 A + 2 = 10 B). Flash attention keeps no scores."""
+    from frenzy_core.models import ZOO
+    from frenzy_core.perf import elementwise_bytes_per_token
+
+    gpt2 = ZOO["gpt2"]
+    scores = gpt2.num_heads * 1024  # per token: every query against every key, per head
+    for framework, precision, per_score in (("pytorch", "amp", 70), ("megatron", "bf16-master", 20)):
+        flash, eager, dropped = (elementwise_bytes_per_token(gpt2, TrainingSpec(
+            framework=framework, precision=precision, seq_len=1024, attention=attn, dropout=p))[0]
+            for attn, p in (("flash", 0.0), ("eager", 0.0), ("eager", 0.1)))
+        assert eager - flash == scores * per_score, framework
+        assert dropped - eager == scores * 10, framework
