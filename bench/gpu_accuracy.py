@@ -139,9 +139,7 @@ def optimizer_section(folder: Path) -> dict:
         c = cfgs.get(r["name"])
         if c is None or "optimizer_s" not in r:
             continue
-        st = step_time(c["model"], c["training"], Parallelism(), gpu)
-        # the measured phase of the master-weight recipe includes zeroing its fp32 grad buffer's neighbour, not
-        # zero_grad itself (timed apart)
+        st = step_time(c["model"], c["training"], Parallelism(), gpu)  # zero_grad was timed apart: not in the phase
         phases.append({"name": r["name"], "measured_s": round(r["optimizer_s"], 5),
                        "predicted_s": round(st.optimizer_s, 5), "err": round(st.optimizer_s / r["optimizer_s"] - 1, 4)})
     return {"microbenchmark": micro, "profiled_phases": phases,

@@ -420,7 +420,8 @@ def optimizer_rows(torch, device: str = "cuda", params: int = OPTIMIZER_PARAMS, 
         rows.append({"optimizer": f"adamw-{impl}", "params": params, "step_s": t,
                      "bytes_per_param_at_copy_bw": round(t * bw / params, 2)})
         del ps, opt
-        torch.cuda.empty_cache() if device == "cuda" else None
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 

@@ -214,6 +214,7 @@ RESIDUAL_ADDS_PER_LAYER = 2
 # torchtitan's repeat_kv (Attention.forward, @3f20451b): unsqueeze / expand / reshape copies k and v to every head
 # before SDPA (n_rep > 1): reads the kv width, writes the heads' width (A each); its backward sums them back. Fused
 # or not (Inductor cannot fold a copy into the attention kernel): Recipe.repeat_kv_copies says which stacks do it.
+REPEAT_KV_BYTES = ((1, 0), (1, 0))  # per element read (kv width) and per element written (heads' width), each way
 # Eager attention (TrainingSpec.attention "eager"): the s x s scores of each head are tensors in HBM, every query
 # against every key (no causal skipping), each op a pass. frenzy_core/tracer.py (HF's eager_attention_forward runs
 # the same ops with an additive mask): scores = q @ k^T (written), * scale, masked_fill, .float(), softmax,
@@ -226,7 +227,6 @@ RESIDUAL_ADDS_PER_LAYER = 2
 EAGER_SCORES_BYTES = ((8, 4), (9, 5))
 FUSED_SOFTMAX_SCORES_BYTES = ((4, 0), (6, 0))
 DROPOUT_MASK_BYTES = 1
-REPEAT_KV_BYTES = ((1, 0), (1, 0))  # per element read (kv width) and per element written (heads' width), each way
 FP32_BYTES = 4
 
 
@@ -579,7 +579,7 @@ def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tup
         repeat = per_element(REPEAT_KV_BYTES) * (model.kv_dim + model.v_dim + widened)
     glu = model.mlp_kind == "swiglu"
     act = per_element((FUSED_SWIGLU_BYTES if fused else EAGER_SWIGLU_BYTES) if glu else GELU_BYTES)
-    common = norms + rotary + residual + repeat + eager_scores_bytes_per_token(model, training, per_element)
+    common = norms + rotary + residual + repeat + eager_scores_bytes_per_token(model, training, recipe, per_element)
     dense = common + act * model.ffn
     if not model.is_moe:
         return float(dense), float(dense)
@@ -596,19 +596,20 @@ def elementwise_bytes_per_token(model: ModelSpec, training: TrainingSpec) -> tup
     return float(dense), float(common + act * moe_width + replays)
 
 
-def eager_scores_bytes_per_token(model: ModelSpec, training: TrainingSpec, per_element) -> float:
+def eager_scores_bytes_per_token(model: ModelSpec, training: TrainingSpec, recipe, per_element) -> float:
     """HBM bytes per token of eager attention's s x s score tensors (0 under flash attention): heads x seq_len
     scores per token, EAGER_SCORES_BYTES each (FUSED_SOFTMAX_SCORES_BYTES for a fused scale-mask-softmax), plus
-    dropout's passes and mask. `per_element` turns (forward, backward) counts into bytes with the replays.
+    dropout's passes and mask. `recipe`: the stack's (None: unknown); `per_element` turns (forward, backward)
+    counts into bytes with the replays.
 
     >>> from frenzy_core.models import ZOO
     >>> tr = TrainingSpec(seq_len=1024, attention="eager")
-    >>> eager_scores_bytes_per_token(ZOO["gpt2"], tr, lambda c: c[0][0] * 2 + c[0][1] * 4 + c[1][0] * 2 + c[1][1] * 4)
+    >>> bytes_of = lambda c: c[0][0] * 2 + c[0][1] * 4 + c[1][0] * 2 + c[1][1] * 4  # bf16 A, fp32 F, no replay
+    >>> eager_scores_bytes_per_token(ZOO["gpt2"], tr, None, bytes_of)  # 12 heads x 1024 x (32 + 38)
     860160.0
     """
     if training.attention != "eager":
         return 0.0
-    recipe = get_framework(training.framework).recipe
     fused_softmax = recipe is not None and recipe.fused_softmax
     per_score = per_element(FUSED_SOFTMAX_SCORES_BYTES if fused_softmax else EAGER_SCORES_BYTES)
     if training.dropout > 0:
@@ -866,9 +867,9 @@ def _components(
         if "fp8_cast" not in memo:
             memo["fp8_cast"] = fp8_cast_elements_per_token(model, training)
         dense_cast, moe_cast = memo["fp8_cast"]
-        to_flops = FP8_CAST_BYTES_PER_ELEMENT / (gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
-        dense_time_flops = dense_time_flops + dense_cast * to_flops
-        moe_time_flops = moe_time_flops + moe_cast * to_flops
+        flops_per_byte = peak_flops_s * eff / (gpu.memory_bandwidth_gbyte_s * 1e9)
+        dense_time_flops = dense_time_flops + dense_cast * FP8_CAST_BYTES_PER_ELEMENT * flops_per_byte
+        moe_time_flops = moe_time_flops + moe_cast * FP8_CAST_BYTES_PER_ELEMENT * flops_per_byte
         if not get_framework(training.framework).recipe.fp8_saves_casts:
             # torchao: each micro-batch casts every linear weight again (FP8_WEIGHT_CASTS_PER_MICROBATCH), per token
             # of the micro-batch (b x s on each rank); the dense layer's weights only (MoE experts under torchao's
@@ -876,8 +877,7 @@ def _components(
             replay = 1.0 if training.recompute == "full" else 0.0
             casts = (FP8_WEIGHT_CASTS_PER_MICROBATCH + replay) * (model.attention_parameters()
                                                                    + model.dense_mlp_parameters()) / (b * s)
-            dense_time_flops = dense_time_flops + casts * FP8_WEIGHT_CAST_BYTES / (
-                gpu.memory_bandwidth_gbyte_s * 1e9) * peak_flops_s * eff
+            dense_time_flops = dense_time_flops + casts * FP8_WEIGHT_CAST_BYTES * flops_per_byte
     if mfu is None:
         # the layers' memory-bound element-wise ops (norms, activation, rotary, residual adds) as HBM traffic /
         # bandwidth, eager or fused as the stack runs them (`elementwise_bytes_per_token`); an explicit `mfu`
@@ -942,8 +942,8 @@ def _components(
     d_expert = t * d_grad / (et * e)  # the expert grid etp x ep x expert-dp re-tiles the t x d x cp ranks
     volume = ZERO3_DP_VOLUME_FACTOR if training.zero_stage == 3 else 1.0
     dp_link = np.where(spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    # Optimizer: one sweep reading weights, grads, master copy and states and writing weights, master and states,
-    # over the local shard (sharded further by d under ZeRO >= 1 or the distributed optimizer). Memory-bound.
+    # Optimizer: the bytes its kernel moves per updated parameter (optimizer_sweep_bytes), over the local shard
+    # (sharded further by d under ZeRO >= 1 or the distributed optimizer). Memory-bound.
     sweep_bytes = optimizer_sweep_bytes(setup, training)
     sharded = training.zero_stage >= 1 or training.distributed_optimizer
     if "weights" not in memo:

@@ -262,13 +262,9 @@ def test_the_split_is_unchanged_by_the_defaults():
 
 # --- the published truth (bench/data/published_finetune_peaks.jsonl) ------------------------------------------------
 def test_every_published_row_cites_its_source_and_builds_a_training_spec():
-    import importlib.util
-    from pathlib import Path
+    from bench_support import load_bench
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "finetune_accuracy.py"
-    spec = importlib.util.spec_from_file_location("finetune_accuracy", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("finetune_accuracy")
     held_out, load_rows, model_of = bench.held_out, bench.load_rows, bench.model_of
 
     rows = load_rows()

@@ -9,22 +9,13 @@ step, whose tensors stayed referenced (docs/testing.md "On a GPU").
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from bench_support import load_bench
 
 
 @pytest.fixture(scope="module")
 def gpu_accuracy():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("gpu_accuracy", BENCH / "gpu_accuracy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_accuracy")
 
 
 @pytest.fixture(scope="module")

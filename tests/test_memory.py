@@ -435,13 +435,9 @@ def test_bad_cp_and_vp_name_their_field():
 
 # --- each framework against its own ground truth (tests/data fixtures; bench/memory_accuracy.py prints the table) --
 def _bench():
-    import importlib.util
+    from bench_support import load_bench
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "memory_accuracy.py"
-    spec = importlib.util.spec_from_file_location("memory_accuracy", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("memory_accuracy")
 
 
 def _real_gpu_summary(bench, framework: str) -> dict:

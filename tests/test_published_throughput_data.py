@@ -1,26 +1,19 @@
 """bench/data/published_throughput.jsonl: the bookkeeping every corrected or packed row must carry, and that the
 accuracy bench's row -> spec mapping passes the packed fields on (a dropped field would score the row unpacked)."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from bench_support import BENCH, load_bench
 
 from frenzy_core.perf import attention_span
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
 ROWS = [json.loads(line) for line in (BENCH / "data" / "published_throughput.jsonl").read_text().splitlines()
         if line.strip()]
 
 
 def _bench():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("step_time_accuracy", BENCH / "step_time_accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("step_time_accuracy")
 
 
 def test_a_corrected_mapping_keeps_its_first_fields_and_says_why():
