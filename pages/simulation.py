@@ -12,6 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
+from frenzy_core.comparison import explain_results
 from frenzy_core.errors import SpecError
 from frenzy_core.limits import MAX_SCENARIO_SEEDS
 from frenzy_core.policies import EVENT_POLICIES
@@ -192,6 +193,15 @@ if results:
         k: st.column_config.NumberColumn(format="%.2f") for k in
         ("avg JCT h", "p99 JCT h", "avg queue h", "makespan h", "utilisation", "sched ms/decision", "OOM failures")}
         | {"GPU-hours": st.column_config.NumberColumn(format="%,.0f")})
+
+    why = explain_results(results)
+    if why:
+        with st.expander("Why the averages differ", expanded=True):
+            st.caption("Each policy against the one with the lowest average JCT, over the jobs both completed "
+                       "(frenzy_core.comparison): JCT = queueing (arrival to first start) + running (first start "
+                       "to finish), and what moved each.")
+            for lines in why.values():
+                st.markdown("\n\n".join(common.md_escape(line) for line in lines))
 
     for left_spec, left_key, right_spec, right_key in (
             (charts.cdf_spec, "sim_cdf", charts.jct_bars_spec, "sim_jct_bars"),

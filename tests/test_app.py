@@ -270,6 +270,20 @@ def test_small_simulation_runs_and_its_table_appears(sim):
     assert any(b.label.startswith("Download per-job") for b in app.get("download_button"))
 
 
+def test_the_simulation_page_says_why_the_averages_differ(sim):
+    """The 'why' block shows frenzy_core.comparison's sentences, each policy against the lowest average JCT."""
+    from frenzy_core.comparison import explain_results
+    from pages.common import md_escape
+
+    want = explain_results(sim.session_state.sim_results)
+    assert len(want) == 2  # three policies: two compared with the best
+    assert any(e.label == "Why the averages differ" for e in sim.expander)
+    shown = " ".join(m.value for m in sim.markdown)
+    for lines in want.values():  # every sentence, as the page escapes it (job ids come from the trace)
+        for line in lines:
+            assert md_escape(line) in shown
+
+
 # --- the Plotly charts carry the core's numbers (issue 23: Plotly, for zoom and pan) ------------------------------
 HOUR = 3600.0
 POLICY_COLOURS = {"frenzy": "#1565c0", "frenzy-eft": "#6a1b9a", "fcfs": "#ef6c00"}  # pages/charts.py, fixed
