@@ -463,6 +463,8 @@ def cmd_scenario_run(args) -> int:
               f"${row['cost_usd']:,.0f}")
     for policy, summary in out.get("simulation", {}).items():
         print(f"  simulation {policy}: avg JCT {summary['avg_jct_s'] / 3600:.2f} h over {summary['jobs']} jobs")
+    for lines in out.get("simulation_why", {}).values():
+        print("  why: " + "\n       ".join(lines))
     return 0
 
 
@@ -480,9 +482,19 @@ def cmd_simulate(args) -> int:
         trace = trace.head(args.limit_jobs)
     cluster = load_cluster(args.cluster)
     if args.job_model == "sia-apps":
+        if args.compare is not None:
+            raise SpecError("compare", "--compare needs the llm job model; with --job-model sia-apps run each "
+                                       "policy on its own (bench/fidelity.py and bench/elastic.py compare them)")
         return _simulate_sia_apps(args, trace, cluster)
     if args.efficiency_floor is not None:
         raise SpecError("efficiency_floor", "--efficiency-floor needs --job-model sia-apps (frenzy-elastic)")
+    if args.compare is not None:
+        from frenzy_core.policies import EVENT_POLICIES
+
+        if args.compare not in EVENT_POLICIES:
+            raise SpecError("compare", f"unknown policy {args.compare!r}; choose one of {', '.join(EVENT_POLICIES)}")
+        if args.compare == args.policy:
+            raise SpecError("compare", f"--compare {args.compare} is the --policy itself; name another policy")
     progress = None
     bar = None
     if not args.json and sys.stderr.isatty():
@@ -509,6 +521,8 @@ def cmd_simulate(args) -> int:
     try:
         result = simulate_seeds(trace, cluster, args.policy, seeds=range(args.seeds), options=SimOptions(),
                                 progress=progress)
+        other = None if args.compare is None else simulate_seeds(trace, cluster, args.compare,
+                                                                 seeds=range(args.seeds), options=SimOptions())
     finally:
         sys.stdout.flush()
         os.dup2(saved_stdout, 1)
@@ -516,8 +530,14 @@ def cmd_simulate(args) -> int:
     if bar is not None:
         bar.close()
     summary = result.summary_dict()
+    why = None
+    if other is not None:
+        from frenzy_core.comparison import explain_gap, jct_gap
+
+        why = explain_gap(jct_gap(args.policy, result, args.compare, other))
     if args.json:
-        print(dumps_strict({**summary, "trace": {"source": trace.source, **_skipped_rows(trace)}}))
+        extra = {} if other is None else {"compare": {"policy": args.compare, **other.summary_dict()}, "why": why}
+        print(dumps_strict({**summary, "trace": {"source": trace.source, **_skipped_rows(trace)}, **extra}))
         return 0
     print(f"{trace.summary()}; cluster {cluster.name} ({cluster.total_gpus} GPUs); policy {args.policy}")
     for problem in trace.skipped[:5]:
@@ -526,6 +546,10 @@ def cmd_simulate(args) -> int:
         print(f"  ... and {len(trace.skipped) - 5} more skipped rows (--json lists them)")
     for key, value in summary.items():
         print(f"  {key:34} {value}")
+    if why is not None:
+        print(f"against {args.compare}:")
+        for line in why:
+            print(f"  {line}")
     return 0
 
 
@@ -858,6 +882,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--efficiency-floor", type=float, default=None, metavar="X",
                    help="frenzy-elastic(-srpt), in [0, 1): the GPU-hours knob; each job's allocation is valued "
                         "speed / (1 + X GPUs), i.e. JCT + X GPU-hours (default: the policy's, chosen on saturn-1)")
+    p.add_argument("--compare", default=None, metavar="POLICY",
+                   help="also run POLICY on the same jobs and seeds and say why the average JCTs differ "
+                        "(queueing vs running, GPUs per job, GPU-hours, waits with GPUs free); llm job model only")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("whatif", help="procurement what-if: candidate GPU purchases, JCT with CIs, cost, budget verdict")

@@ -216,6 +216,9 @@ def _run_reason(g: JctGap) -> str:
                   "more efficient plans: fewer GPUs scale better, or faster types and splits")
     work_text = (f"the same work takes {g.avg_gpu_hours:.1f} against {g.ref_avg_gpu_hours:.1f} GPU-hours per job "
                  f"({work:.2f}x: {efficiency})")
+    if abs(math.log(work)) < math.log1p(SAME_FRACTION):
+        work_text = (f"the work takes about the same GPU-hours ({g.avg_gpu_hours:.1f} against "
+                     f"{g.ref_avg_gpu_hours:.1f} per job, {work:.2f}x)")
     if abs(math.log(gpus)) < math.log1p(SAME_FRACTION) and abs(math.log(work)) < math.log1p(SAME_FRACTION):
         return (f"about the same GPUs while running ({g.running_gpus:.1f} against {g.ref_running_gpus:.1f}) and "
                 "GPU-hours per job")

@@ -394,7 +394,8 @@ def run_scenario(s: Scenario, *, top: int = 5, simulate: bool = False) -> dict:
 
     Returns {"scenario", "model", "cluster", "memory": {"total_bytes", "peak_phase", "breakdown"},
     "plans": {"count", "top", "best_per_type", "why_top", "ranking", "dropped", "explanation"},
-    "simulation": {policy: summary} (only with simulate=True)}.
+    "simulation": {policy: summary} and "simulation_why": {policy: sentences} against the lowest average JCT
+    (`comparison.explain_results`; both only with simulate=True)}.
     """
     from frenzy_core.memory import predict_memory
     from frenzy_core.plans import rank_plans
@@ -413,14 +414,16 @@ def run_scenario(s: Scenario, *, top: int = 5, simulate: bool = False) -> dict:
                   "explanation": ranked.explanation},
     }
     if simulate:
+        from frenzy_core.comparison import explain_results
         from frenzy_core.simulate import SimOptions, simulate_seeds
         from frenzy_core.traces import bundled_traces, load_trace
 
         path, fmt = bundled_traces()[s.simulation.trace]
         trace = load_trace(path, fmt, limit=s.simulation.limit_jobs)
-        out["simulation"] = {
-            policy: simulate_seeds(trace, s.cluster, policy, seeds=range(s.simulation.seeds),
-                                   options=SimOptions()).summary_dict()
-            for policy in s.simulation.policies}
+        runs = {policy: simulate_seeds(trace, s.cluster, policy, seeds=range(s.simulation.seeds),
+                                       options=SimOptions())
+                for policy in s.simulation.policies}
+        out["simulation"] = {policy: r.summary_dict() for policy, r in runs.items()}
+        out["simulation_why"] = explain_results(runs)
     return out
 

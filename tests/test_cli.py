@@ -103,6 +103,31 @@ def test_simulate_json_has_documented_keys_and_matches_the_core(capsys):
     assert data["jobs"] == 40 and data["avg_jct_s"] == pytest.approx(direct["avg_jct_s"])
 
 
+def test_simulate_compare_says_why_and_its_terms_add_up(capsys):
+    trace_path = "frenzy_core/data/traces/philly-2000.csv"
+    code, out, _ = run(capsys, "simulate", "--trace", trace_path, "--cluster", "sample_clusters/paper-testbed.yaml",
+                       "--policy", "frenzy", "--compare", "fcfs", "--limit-jobs", "30", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["compare"]["policy"] == "fcfs"
+    first = data["why"][0]
+    # the sentence's gap is the two summaries' difference (every job completed under both)
+    gap_h = abs(data["avg_jct_s"] - data["compare"]["avg_jct_s"]) / 3600
+    assert f"({gap_h:.2f} h," in first and "queueing" in first and "running" in first
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--compare", "fcfs", "--policy", "fcfs"), "is the --policy itself"),
+    (("--compare", "nope"), "unknown policy 'nope'"),
+    (("--compare", "fcfs", "--job-model", "sia-apps", "--trace-format", "sia"), "needs the llm job model"),
+])
+def test_simulate_compare_refuses_what_it_cannot_compare(capsys, argv, message):
+    trace = ("frenzy_core/data/traces/sia-saturn-workload-1.csv" if "sia" in argv
+             else "frenzy_core/data/traces/philly-2000.csv")
+    code, _, err = run(capsys, "simulate", "--trace", trace, "--cluster", "sample_clusters/sia-64.yaml",
+                       "--limit-jobs", "5", *argv)
+    assert code == 2 and message in err
+
+
 def test_simulate_bad_trace_exits_2(capsys):
     code, _, err = run(capsys, "simulate", "--trace", "tests/data/wrong_header.csv", "--trace-format", "philly",
                        "--cluster", "sample_clusters/sia-64.yaml")

@@ -168,8 +168,15 @@ def test_scenario_run_simulate_gives_a_summary_per_policy(capsys, tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text(TINY + "simulation: {limit_jobs: 12, policies: [frenzy, fcfs], seeds: 1}\n")
     assert main(["scenario", "run", str(f), "--json", "--simulate"]) == 0
-    sim = json.loads(capsys.readouterr().out)["simulation"]
+    out = json.loads(capsys.readouterr().out)
+    sim = out["simulation"]
     assert set(sim) == {"frenzy", "fcfs"} and all(v["jobs"] == 12 for v in sim.values())
+    # the policy with the higher average is explained against the other, and only it
+    worse, better = sorted(sim, key=lambda p: sim[p]["avg_jct_s"], reverse=True)
+    if sim[worse]["avg_jct_s"] > sim[better]["avg_jct_s"]:
+        assert list(out["simulation_why"]) == [worse]
+        assert out["simulation_why"][worse][0].startswith(f"{worse} averages") and f"{better}'s" in \
+            out["simulation_why"][worse][0]
 
 
 def test_default_scenario_holds_a_valid_default_training():
