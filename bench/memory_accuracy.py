@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).resolve().parent / "data" / "memory_traced.json"
 REAL_GPU_FIXTURE = REPO / "tests" / "data" / "real_gpu_peaks.jsonl"
 HF_FIXTURE = REPO / "tests" / "data" / "hf_traces.jsonl"
+TUNE_FIXTURE = REPO / "tests" / "data" / "tune_traces.jsonl"  # torchtune 0.4.0's own code, traced (bench/tune_traces.py)
 DEEPSPEED_FIXTURE = REPO / "tests" / "data" / "deepspeed_estimates.jsonl"
 TARGET_MEDIAN_ABS_ERR = 0.03
 TARGET_WORST_UNDER = -0.05
@@ -255,12 +256,15 @@ def compare_real_gpu(rows: list[dict]) -> list[dict]:
 
 
 def compare_hf(rows: list[dict]) -> list[dict]:
-    """The hf recipe against fake-tensor traces of the transformers models (allocated, no overhead)."""
+    """A stack's recipe against fake-tensor traces of that stack's own model code (allocated, no overhead): the
+    transformers models (framework hf, tests/data/hf_traces.jsonl) and torchtune's (tests/data/tune_traces.jsonl)."""
     out = []
     for row in rows:
         model, training = ModelSpec(**row["model_spec"]), TrainingSpec(**row["training"])
         got = predict_memory(model, training, overhead=NO_OVERHEAD)
-        out.append({"id": row["id"], "framework": "hf", "split": row["split"], "measured": row["peak_bytes"],
+        stack = row.get("framework", "hf")  # hf keeps its key; other stacks' code traces sit beside their real-GPU rows
+        out.append({"id": row["id"], "framework": stack if stack == "hf" else f"{stack}-traced",
+                    "split": row["split"], "measured": row["peak_bytes"],
                     "predicted": got.allocated_bytes, "err": got.allocated_bytes / row["peak_bytes"] - 1,
                     "unmodelled": []})
     return out
@@ -370,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixture", type=Path, default=FIXTURE, help=f"cached traces (default {FIXTURE})")
     parser.add_argument("--real-gpu", type=Path, default=REAL_GPU_FIXTURE, help="real-GPU peaks (JSONL)")
     parser.add_argument("--hf", type=Path, default=HF_FIXTURE, help="transformers fake-tensor traces (JSONL)")
+    parser.add_argument("--tune", type=Path, default=TUNE_FIXTURE, help="torchtune fake-tensor traces (JSONL)")
     args = parser.parse_args(argv)
     if args.retrace or not args.fixture.exists():
         fixture = retrace(args.fixture)
@@ -393,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     real = compare_real_gpu(_read_jsonl(args.real_gpu))
     hf = compare_hf(_read_jsonl(args.hf))
+    tune = compare_hf(_read_jsonl(args.tune))
     if real:
         _print_rows(f"real GPUs ({args.real_gpu.name}): own framework recipe, default overheads", real)
     else:
@@ -401,10 +407,12 @@ def main(argv: list[str] | None = None) -> int:
         _print_rows(f"transformers traces ({args.hf.name}): hf recipe, allocated, no overhead", hf)
     else:
         print(f"\nHF trace fixture {args.hf} not found: no hf figures")
+    if tune:
+        _print_rows(f"torchtune traces ({args.tune.name}): torchtune recipe, allocated, no overhead", tune)
     frameworks = {"pytorch": {"tracer": {"rows": result["configs"], "median_abs_err": result["detailed_median_abs_err"],
                                          "worst_under": result["detailed_worst_under"],
                                          "worst_over": round(max(r["detailed_err"] for r in rows), 5)}},
-                  **framework_summary(real + hf)}
+                  **framework_summary(real + hf + tune)}
     print("\nper framework (rows with modelled features; *_all: every predicted row)")
     for fw, splits in frameworks.items():
         for split, st in splits.items():
