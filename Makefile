@@ -43,7 +43,7 @@ test: setup-dev
 lint: setup-dev
 	$(BIN)/ruff check .
 
-# the benchmarks that run on any machine; the fixture writers (real_gpu_peaks.py, hf_traces.py, tune_traces.py, deepspeed_truth.py
+# the benchmarks that run on any machine; the fixture writers (real_gpu_peaks.py, hf_traces.py, tune_traces.py, litgpt_traces.py, deepspeed_truth.py
 # --write), measure_gpu.py (a GPU) and mutation.py (20-40 min) run by hand, as their docstrings say
 BENCHES = memory_accuracy plans sched_overhead sim_throughput step_time_calibration fidelity jct sweep app_latency demo_why
 

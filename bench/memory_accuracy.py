@@ -50,6 +50,7 @@ FIXTURE = Path(__file__).resolve().parent / "data" / "memory_traced.json"
 REAL_GPU_FIXTURE = REPO / "tests" / "data" / "real_gpu_peaks.jsonl"
 HF_FIXTURE = REPO / "tests" / "data" / "hf_traces.jsonl"
 TUNE_FIXTURE = REPO / "tests" / "data" / "tune_traces.jsonl"  # torchtune 0.4.0's own code, traced (bench/tune_traces.py)
+LITGPT_FIXTURE = REPO / "tests" / "data" / "litgpt_traces.jsonl"  # LitGPT@8641822b's code (bench/litgpt_traces.py)
 DEEPSPEED_FIXTURE = REPO / "tests" / "data" / "deepspeed_estimates.jsonl"
 TARGET_MEDIAN_ABS_ERR = 0.03
 TARGET_WORST_UNDER = -0.05
@@ -257,7 +258,8 @@ def compare_real_gpu(rows: list[dict]) -> list[dict]:
 
 def compare_hf(rows: list[dict]) -> list[dict]:
     """A stack's recipe against fake-tensor traces of that stack's own model code (allocated, no overhead): the
-    transformers models (framework hf, tests/data/hf_traces.jsonl) and torchtune's (tests/data/tune_traces.jsonl)."""
+    transformers models (framework hf, tests/data/hf_traces.jsonl), torchtune's and LitGPT's (tune_traces.jsonl,
+    litgpt_traces.jsonl: keys torchtune-traced, litgpt-traced)."""
     out = []
     for row in rows:
         model, training = ModelSpec(**row["model_spec"]), TrainingSpec(**row["training"])
@@ -375,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-gpu", type=Path, default=REAL_GPU_FIXTURE, help="real-GPU peaks (JSONL)")
     parser.add_argument("--hf", type=Path, default=HF_FIXTURE, help="transformers fake-tensor traces (JSONL)")
     parser.add_argument("--tune", type=Path, default=TUNE_FIXTURE, help="torchtune fake-tensor traces (JSONL)")
+    parser.add_argument("--litgpt", type=Path, default=LITGPT_FIXTURE, help="LitGPT fake-tensor traces (JSONL)")
     args = parser.parse_args(argv)
     if args.retrace or not args.fixture.exists():
         fixture = retrace(args.fixture)
@@ -398,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     real = compare_real_gpu(_read_jsonl(args.real_gpu))
     hf = compare_hf(_read_jsonl(args.hf))
-    tune = compare_hf(_read_jsonl(args.tune))
+    tune = compare_hf(_read_jsonl(args.tune)) + compare_hf(_read_jsonl(args.litgpt))
     if real:
         _print_rows(f"real GPUs ({args.real_gpu.name}): own framework recipe, default overheads", real)
     else:
@@ -408,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"\nHF trace fixture {args.hf} not found: no hf figures")
     if tune:
-        _print_rows(f"torchtune traces ({args.tune.name}): torchtune recipe, allocated, no overhead", tune)
+        _print_rows(f"torchtune and LitGPT traces ({args.tune.name}, {args.litgpt.name}): their recipes, allocated, "
+                    "no overhead", tune)
     frameworks = {"pytorch": {"tracer": {"rows": result["configs"], "median_abs_err": result["detailed_median_abs_err"],
                                          "worst_under": result["detailed_worst_under"],
                                          "worst_over": round(max(r["detailed_err"] for r in rows), 5)}},
