@@ -336,3 +336,14 @@ def test_a_head_adapter_with_dropout_keeps_its_mask_and_dropped_copy_by_hand():
     dora = TrainingSpec(**base, lora_dropout=0.1, lora_variant="dora")
     assert lora_head_bytes_per_token(TINY, dora, 2) == 16 + 3 * 64 + 2 * 2 * 1000
     assert lora_head_bytes_per_token(TINY, TrainingSpec(**{**base, "lora_targets": "q,v"}), 2) == 0
+
+
+def test_a_head_adapter_counts_r_x_h_plus_v_and_dora_adds_one_magnitude_per_output_row():
+    # lora_A: r x h, lora_B: V x r (r = 8, h = 64, V = 1000): 8 x 1064 = 8,512; DoRA's magnitude vector has one
+    # entry per output row of the head: + 1,000 (peft/tuners/lora/dora.py DoraLinearLayer.weight: out_features)
+    from frenzy_core.memory import lora_head_parameters
+
+    base = dict(seq_len=64, global_batch=1, precision="bf16", lora_rank=8, lora_targets="q,v,head")
+    assert lora_head_parameters(TINY, TrainingSpec(**base)) == 8_512
+    assert lora_head_parameters(TINY, TrainingSpec(**base, lora_variant="dora")) == 8_512 + 1_000
+    assert lora_head_parameters(TINY, TrainingSpec(**{**base, "lora_targets": "q,v"})) == 0
