@@ -347,3 +347,14 @@ def test_a_head_adapter_counts_r_x_h_plus_v_and_dora_adds_one_magnitude_per_outp
     assert lora_head_parameters(TINY, TrainingSpec(**base)) == 8_512
     assert lora_head_parameters(TINY, TrainingSpec(**base, lora_variant="dora")) == 8_512 + 1_000
     assert lora_head_parameters(TINY, TrainingSpec(**{**base, "lora_targets": "q,v"})) == 0
+
+
+@pytest.mark.parametrize("act, autocast, cast", [(2, False, 4), (4, False, 0), (2, True, 0)])
+def test_peft_copies_an_adapter_input_to_fp32_only_from_a_16_bit_base_without_autocast(act, autocast, cast):
+    # peft's fp32 adapters (autocast_adapter_dtype=True) make LoRA's Linear.forward cast x to fp32: a 4-byte copy
+    # from a bf16 / fp16 base; an fp32 base (act = 4) is already the adapters' dtype, and autocast casts nothing
+    from frenzy_core.memory.adapters import adapter_input_cast_bytes
+    from frenzy_core.recipes import get_recipe
+
+    assert adapter_input_cast_bytes(get_recipe("hf"), act, autocast) == cast
+    assert adapter_input_cast_bytes(get_recipe("torchtune"), act, autocast) == 0  # its adapters stay in bf16
