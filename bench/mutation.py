@@ -192,6 +192,10 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("simulate", "__init__", "self.release_epoch = 0", "0 -> 1"):
         "policies only compare a stored release_epoch with the current one for equality (fcfs, frenzy, frenzy-eft "
         "`_failed_epoch` / `waiting`; a missing entry is None, never equal): a common offset changes no decision",
+    ("memory.phases", "_detailed", "stage_all.size <= STAGES_AT_ONCE_ELEMENTS", "LtE -> Lt"):
+        "the threshold only picks between evaluating the bounding stages at once or one by one, element by element "
+        "the same arithmetic (tests/test_memory_phases.py checks both paths give the same bytes): at exactly the "
+        "threshold either path is right",
     ("memory.states", "stage_model_states", "0.0 * weights", "Mult -> Div"):
         "0 / weights is 0 as 0 x weights is: every stage holds weights (> 0), so no 0 / 0 arises",
     ("memory.copies", "zero3_gathered_elements", "_compute_copies(model, recipe, ps, 3, float(par.tp), p, 0.0, np.asarray(True), training.recompute == 'full', float(par.ep), p - 1, float(par.expert_tp), float(par.dp * par.cp), training.offload == 'params', (par.first_stage_layers, par.last_stage_layers, par.vp))", "3 -> 4"):

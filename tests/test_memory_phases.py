@@ -281,6 +281,30 @@ def test_chunked_head_gradients_by_hand():
     assert stage_terms(TIED, training)["tied_embedding_gradient"] == V * h * BF16
 
 
+def test_chunked_head_gradients_under_tensor_parallelism_split_the_vocabulary_by_hand():
+    """The same chunk-2 moment at t = 2: each rank holds V / t of the logits and of the head's V x h gradients; the
+    input gradient stays h wide."""
+    s, k, t = 64, 4, 2
+    training = TrainingSpec(seq_len=s, global_batch=1, micro_batch=1, precision="bf16", framework="torchtune",
+                            optimizer="adamw-fused", loss_chunks=k, loss_dtype="bf16")
+    step = step_context(TIED, training, 1, t, 1, 1)
+    V, h, BF16 = 16384, 64, 2
+    expected = (k - 2) / k * s * V / t * BF16 + 3 * V * h / t * BF16 + s / k * BF16 * (V / t + h)
+    assert float(chunked_head_gradient_bytes(step, TIED, training)) == expected
+
+
+def test_a_quantised_base_dequantises_its_largest_linear_once_by_hand():
+    """bitsandbytes / torchao dequantise one NF4 weight at a time, in the activation dtype: TIED's largest linear is
+    the MLP's h x 4h = 64 x 256 (the q projection is 64 x 64), 16,384 elements x 2 B; at t = 2 half of it."""
+    from frenzy_core.memory.copies import dequantised_weight_bytes
+
+    training = TrainingSpec(seq_len=64, global_batch=1, micro_batch=1, precision="bf16", framework="hf",
+                            lora_rank=8, base_quant="nf4")
+    for t in (1, 2):
+        step = step_context(TIED, training, 1, t, 1, 1)
+        assert float(dequantised_weight_bytes(step, TIED, training, False)) == 64 * 256 / t * 2
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_a_compiled_cross_entropy_keeps_its_input_and_writes_one_gradient(dtype):
     # What Inductor's cross-entropy holds, read from the graphs torch.compile generates on CPU (torch 2.13): the
@@ -333,3 +357,21 @@ def test_torchtunes_recipes_compile_the_chunked_loss_and_only_the_lora_recipe_th
         assert compiled_cross_entropy(tt, make_training(**base, **kw)) is want, kw
     assert not compiled_cross_entropy(get_recipe("pytorch"), make_training(seq_len=1024, global_batch=1, compile=True,
                                                                            framework="fsdp2"))
+
+
+def test_the_bounding_stages_give_the_same_bytes_at_once_or_one_by_one(monkeypatch):
+    """phases._detailed evaluates the bounding pipeline stages in one array or one at a time, by the grid's size
+    (STAGES_AT_ONCE_ELEMENTS): both ways must give the same bytes, so the threshold itself changes no answer."""
+    import frenzy_core.memory.phases as phases
+    from frenzy_core.models import ZOO
+
+    model = ZOO["llama-2-7b"]
+    training = TrainingSpec(seq_len=2048, global_batch=64, micro_batch=1, precision="bf16-master",
+                            framework="megatron", distributed_optimizer=True)
+    splits = [Parallelism(dp=2, tp=2, pp=4, vp=2), Parallelism(dp=1, tp=1, pp=5, first_stage_layers=5, last_stage_layers=3),
+              Parallelism(dp=4, tp=2, pp=2)]
+    answers = []
+    for limit in (0, 10**12):  # every stage alone, then every stage at once
+        monkeypatch.setattr(phases, "STAGES_AT_ONCE_ELEMENTS", limit)
+        answers.append([predict_memory(model, training, par).per_stage_allocated_bytes for par in splits])
+    assert answers[0] == answers[1] and all(len(a) > 1 for a in answers[0])
