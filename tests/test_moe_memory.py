@@ -239,3 +239,22 @@ def test_recompute_modules_are_megatrons_and_add_to_none_or_selective_only():
         with pytest.raises(SpecError) as err:
             make_training(**fields, **kw)
         assert err.value.field.startswith(field) and words in str(err.value), kw
+
+
+def test_a_pipeline_stage_of_dense_layers_only_keeps_no_moe_run_buffers():
+    # DeepSeek-style first_k_dense = 2 of 4 layers over pp = 2: stage 0 holds only the dense layers, so none of TE's
+    # grouped-GEMM stream workspaces (allocated on the first MoE GEMM, cached for the run); stage 1 holds all of them
+    from frenzy_core.memory import stage_terms
+    from frenzy_core.memory.pools import TE_COMPUTE_STREAMS, TE_CUBLAS_WORKSPACE_BYTES
+    from frenzy_core.models import ModelSpec
+    from frenzy_core.training import Parallelism, TrainingSpec
+
+    model = ModelSpec(name="tiny-moe", vocab_size=1024, hidden_size=128, num_layers=4, num_heads=4, ffn_size=256,
+                      mlp_kind="swiglu", norm_kind="rmsnorm", position_kind="rotary", bias=False,
+                      tie_embeddings=False, max_positions=512, num_experts=8, moe_top_k=2, expert_ffn_size=128,
+                      first_k_dense=2)
+    training = TrainingSpec(seq_len=256, global_batch=4, micro_batch=1, precision="bf16-master", framework="megatron",
+                            distributed_optimizer=True, moe_grouped_gemm=True)
+    par = Parallelism(dp=1, pp=2)
+    assert stage_terms(model, training, par, stage=0)["moe_run_buffers"] == 0
+    assert stage_terms(model, training, par, stage=1)["moe_run_buffers"] == TE_COMPUTE_STREAMS * TE_CUBLAS_WORKSPACE_BYTES
