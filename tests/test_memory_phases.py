@@ -204,6 +204,10 @@ def test_tied_embedding_gradients_meet_at_the_end_of_backward(precision, extra):
     assert stage_terms(TIED, lora)["tied_embedding_gradient"] == 0
     two_stages = TrainingSpec(seq_len=4, global_batch=2, micro_batch=1, precision=precision, optimizer="adamw-fused")
     assert stage_terms(TIED, two_stages, Parallelism(pp=2))["tied_embedding_gradient"] == 0
+    # nor under ZeRO, from stage 1 on: the gradients leave per bucket (the same two-sample batch over dp = 2)
+    zero1 = two_stages.model_copy(update={"zero_stage": 1})
+    assert stage_terms(TIED, two_stages, Parallelism(dp=2))["tied_embedding_gradient"] == extra
+    assert stage_terms(TIED, zero1, Parallelism(dp=2))["tied_embedding_gradient"] == 0
 
 
 @pytest.mark.parametrize("precision", ["amp", "bf16-master"])
