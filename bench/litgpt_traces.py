@@ -12,8 +12,9 @@ the model built in bf16 (Fabric's "bf16-true" init_module sets the default dtype
 the default dtype, fp32: lightning/fabric/wrappers.py _FabricModule.forward, HalfPrecision.convert_output),
 `logits[-1] = logits[-1][..., :-1, :]`, `chunked_cross_entropy(logits, targets[..., 1:])`, backward of
 loss / accumulation, torch AdamW (foreach, CUDA's default) step and zero_grad. Two optimizer steps under
-FakeTensorMode, every live storage counted by frenzy_core.tracer's tracker. QLoRA (bitsandbytes' CUDA kernels) is
-not traced.
+FakeTensorMode, every live storage counted by frenzy_core.tracer's tracker, with CUDA's dropout
+(frenzy_core.hf_tracer.cuda_semantics: the fused native_dropout's 1-byte mask where CPU keeps a bf16 noise tensor,
+which read 1 B per element too much on every LoRA input). QLoRA (bitsandbytes' CUDA kernels) is not traced.
 
 Split rule, fixed before any run was compared with the recipe (that of bench/hf_traces.py): every third run of RUNS
 (0-based index % 3 == 2) is `heldout`.
@@ -104,12 +105,14 @@ def trace(run) -> tuple[int, str, dict]:
     from lit_gpt.utils import chunked_cross_entropy
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from frenzy_core import tracer
+    from frenzy_core import hf_tracer, tracer
 
     name, _, _, _, seq, b, accum = run
     config = _config(name, run)
     tracker = tracer._make_tracker(torch)()
-    with FakeTensorMode(), tracker:
+    # CUDA's dropout (fused native_dropout: a 1-byte mask) where CPU multiplies by a bf16 noise tensor
+    # (frenzy_core.hf_tracer.cuda_semantics, as for the transformers traces)
+    with FakeTensorMode(), hf_tracer.cuda_semantics(torch, None, frozenset({"dropout", "sdpa"})), tracker:
         torch.set_default_dtype(torch.bfloat16)  # Fabric("bf16-true").init_module()
         model = GPT(config)
         torch.set_default_dtype(torch.float32)

@@ -10,7 +10,8 @@ Llama 3.2 / 3.1 builders at published config.json shapes (no weights), and the s
 (training.set_activation_checkpointing), CEWithChunkedOutputLoss with model.set_num_output_chunks or
 torch.nn.CrossEntropyLoss on the flattened fp32 logits, `del logits`, backward, AdamW step, zero_grad(set_to_none).
 Each run is two such optimizer steps under FakeTensorMode, every live storage counted by frenzy_core.tracer's
-tracker (512-byte blocks); the peak is what torch.cuda.max_memory_allocated would report minus what a trace cannot
+tracker (512-byte blocks), with CUDA's dropout (frenzy_core.hf_tracer.cuda_semantics) where no activation
+checkpointing replays the layers; the peak is what torch.cuda.max_memory_allocated would report minus what a trace cannot
 see (CUDA context, workspaces), so bench/memory_accuracy.py compares it with the recipe's allocated bytes without
 overhead, as it does the transformers traces.
 
@@ -33,6 +34,7 @@ The last line printed is a JSON object with the headline figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -136,7 +138,7 @@ def trace(run) -> tuple[int, str]:
     from torchtune.modules.loss import CEWithChunkedOutputLoss
     from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
-    from frenzy_core import tracer
+    from frenzy_core import hf_tracer, tracer
 
     Llama3ScaledRoPE.apply_scaling = lambda self, freqs, *a, **k: freqs  # memory-neutral (module docstring)
     _patch_frozen_nf4_linear(torch)
@@ -149,7 +151,13 @@ def trace(run) -> tuple[int, str]:
         # its inner tensors
         with training.set_default_dtype(torch.bfloat16):
             model = _build(torch, run)
-        with tracker:
+        # CUDA's dropout (fused native_dropout: a 1-byte mask) where CPU multiplies by a bf16 noise tensor
+        # (frenzy_core.hf_tracer.cuda_semantics, as for the transformers traces). Not under activation
+        # checkpointing: its recomputation runs outside the function mode and would find other saved tensors;
+        # there a checkpointed layer keeps only its input, and the CPU noise lives only while one layer is replayed
+        cuda = hf_tracer.cuda_semantics(torch, None, frozenset({"dropout", "sdpa"})) if not run[8] \
+            else contextlib.nullcontext()
+        with cuda, tracker:
             tracker.phase = "setup"
             tracker.track([leaf for t in (*model.parameters(), *model.buffers()) for leaf in _leaves(t)])
             _step(torch, tracker, model, run, vocab, CEWithChunkedOutputLoss, modules, training,

@@ -1,7 +1,9 @@
 """The litgpt recipe against fake-tensor traces of LitGPT's own code at 8641822b and its finetune/lora.py step
 (tests/data/litgpt_traces.jsonl, written by bench/litgpt_traces.py; no LitGPT needed here). Issue 21's target for
 code traces, on the rows held out by the fixed rule (every third run): median |error| <= 3%, no under-prediction
-worse than -5%; every row within +-5% (the two with a LoRA on the LM head are the -4% ones, calibration)."""
+worse than -5%; every row within -1% / +5% (the traces run CUDA's dropout, hf_tracer.cuda_semantics: with CPU's
+bf16 noise mask the two all-linear rows read -4%; phi-1.5's partial rotary and parallel residual, not modelled,
+are the +2.5% to +4.6% ones)."""
 
 import json
 import statistics
@@ -31,9 +33,8 @@ def test_the_fixture_is_litgpt_lora_at_the_read_commit_with_its_split_rule():
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
-def test_each_traced_peak_is_within_five_percent(row):
-    bound = 0.05 if "head" in row["training"]["lora_targets"].split(",") else 0.03
-    assert -bound <= error(row) <= bound
+def test_each_traced_peak_is_matched(row):
+    assert -0.01 <= error(row) <= 0.05
 
 
 def test_held_out_traces_meet_the_issue_target():
