@@ -133,17 +133,13 @@ def _build(torch, run):
 def trace(run) -> tuple[int, str]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torchtune import modules, training
+    from torchtune import training
     from torchtune.models.llama3_1._position_embeddings import Llama3ScaledRoPE
-    from torchtune.modules.loss import CEWithChunkedOutputLoss
-    from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
     from frenzy_core import hf_tracer, tracer
 
     Llama3ScaledRoPE.apply_scaling = lambda self, freqs, *a, **k: freqs  # memory-neutral (module docstring)
     _patch_frozen_nf4_linear(torch)
-    name, method, _, _, _, seq, b, accum, ac, chunks, opt = run
-    vocab = SHAPES[name][1]["vocab_size"]
     tracker = tracer._make_tracker(torch)()
     with FakeTensorMode():
         # built before the tracker starts (torch.utils.swap_tensors in FrozenNF4Linear refuses a tensor the
@@ -155,13 +151,13 @@ def trace(run) -> tuple[int, str]:
         # (frenzy_core.hf_tracer.cuda_semantics, as for the transformers traces). Not under activation
         # checkpointing: its recomputation runs outside the function mode and would find other saved tensors;
         # there a checkpointed layer keeps only its input, and the CPU noise lives only while one layer is replayed
-        cuda = hf_tracer.cuda_semantics(torch, None, frozenset({"dropout", "sdpa"})) if not run[8] \
-            else contextlib.nullcontext()
+        checkpointed = run[8]
+        cuda = contextlib.nullcontext() if checkpointed else hf_tracer.cuda_semantics(
+            torch, None, frozenset({"dropout", "sdpa"}))
         with cuda, tracker:
             tracker.phase = "setup"
             tracker.track([leaf for t in (*model.parameters(), *model.buffers()) for leaf in _leaves(t)])
-            _step(torch, tracker, model, run, vocab, CEWithChunkedOutputLoss, modules, training,
-                  get_adapter_params, set_trainable_params)
+            _step(torch, tracker, model, run)
     return tracker.peak, tracker.peak_phase
 
 
@@ -190,39 +186,42 @@ def _leaves(t) -> list:
     return [t]
 
 
-def _step(torch, tracker, model, run, vocab, CEWithChunkedOutputLoss, modules, training, get_adapter_params,
-          set_trainable_params) -> None:
+def _step(torch, tracker, model, run) -> None:
     """Two optimizer steps of torchtune 0.4.0's single-device recipes (module docstring)."""
+    from torchtune import modules, training
+    from torchtune.modules.loss import CEWithChunkedOutputLoss
+    from torchtune.modules.peft import get_adapter_params, set_trainable_params
+
     name, method, _, _, _, seq, b, accum, ac, chunks, opt = run
-    if True:
-        if method != "full":
-            set_trainable_params(model, get_adapter_params(model))
-        if ac:
-            training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
-        loss_fn = CEWithChunkedOutputLoss(num_output_chunks=chunks) if chunks else torch.nn.CrossEntropyLoss()
-        if chunks:
-            model.set_num_output_chunks(chunks)
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=1e-4, fused=opt == "adamw-fused", foreach=opt == "adamw")
-        ignore = torch.full((b, 1), -100, dtype=torch.long)
-        for step in (1, 2):
-            for _ in range(accum):
-                tracker.phase = f"step{step}:forward"
-                tokens = torch.randint(0, vocab, (b, seq))
-                labels = torch.hstack((torch.randint(0, vocab, (b, seq))[..., 1:], ignore))
-                logits = model(tokens)
-                if not isinstance(logits, list):
-                    labels = labels.reshape(-1)
-                    logits = logits.reshape(-1, logits.size(-1))
-                loss = loss_fn(logits, labels)
-                del logits
-                tracker.phase = f"step{step}:backward"
-                (loss / accum).backward()
-                del loss, tokens, labels
-            tracker.phase = f"step{step}:optimizer-step"
-            optimizer.step()
-            tracker.phase = f"step{step}:zero-grad"
-            optimizer.zero_grad(set_to_none=True)
+    vocab = SHAPES[name][1]["vocab_size"]
+    if method != "full":
+        set_trainable_params(model, get_adapter_params(model))
+    if ac:
+        training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
+    loss_fn = CEWithChunkedOutputLoss(num_output_chunks=chunks) if chunks else torch.nn.CrossEntropyLoss()
+    if chunks:
+        model.set_num_output_chunks(chunks)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4, fused=opt == "adamw-fused", foreach=opt == "adamw")
+    ignore = torch.full((b, 1), -100, dtype=torch.long)
+    for step in (1, 2):
+        for _ in range(accum):
+            tracker.phase = f"step{step}:forward"
+            tokens = torch.randint(0, vocab, (b, seq))
+            labels = torch.hstack((torch.randint(0, vocab, (b, seq))[..., 1:], ignore))
+            logits = model(tokens)
+            if not isinstance(logits, list):
+                labels = labels.reshape(-1)
+                logits = logits.reshape(-1, logits.size(-1))
+            loss = loss_fn(logits, labels)
+            del logits
+            tracker.phase = f"step{step}:backward"
+            (loss / accum).backward()
+            del loss, tokens, labels
+        tracker.phase = f"step{step}:optimizer-step"
+        optimizer.step()
+        tracker.phase = f"step{step}:zero-grad"
+        optimizer.zero_grad(set_to_none=True)
 
 
 def main() -> None:

@@ -123,35 +123,45 @@ def free_wait_seconds(arrival_s, start_s, num_gpus, util_times_s, busy_total, to
     return np.where(np.isfinite(out), out, 0.0)
 
 
-def _paired_rows(a, b) -> tuple[dict, dict, int]:
-    """The jobs of two MultiSeedResults done in both, as aligned column dicts, and how many were done in one only."""
-    cols = ("job_id", "model", "arrival_s", "start_s", "finish_s", "jct_s", "queue_s", "num_gpus", "gpu_type",
-            "gpu_hours")
-    left, right, unpaired = {k: [] for k in (*cols, "seed", "free_s")}, {k: [] for k in (*cols, "seed", "free_s")}, 0
-    by_seed_b = {r.seed: r for r in b.results}
-    for ra in a.results:
-        rb = by_seed_b.get(ra.seed)
-        if rb is None:
-            continue
-        done = {}
-        for side, r in (("a", ra), ("b", rb)):
-            j = r.jobs
-            ok = np.isfinite(np.asarray(j["finish_s"], dtype=float))
-            busy = np.asarray(r.util_busy, dtype=float)
-            free = free_wait_seconds(j["arrival_s"], j["start_s"], j["num_gpus"], r.util_times_s,
-                                     busy.sum(axis=1) if busy.ndim == 2 else busy, r.total_gpus)
-            done[side] = {str(jid): i for i, jid in enumerate(j["job_id"]) if ok[i]}, j, free
-        (ia, ja, fa), (ib, jb, fb) = done["a"], done["b"]
-        both = [jid for jid in ia if jid in ib]
-        unpaired += len(ia) + len(ib) - 2 * len(both)
-        for out, index, j, free in ((left, ia, ja, fa), (right, ib, jb, fb)):
-            for jid in both:
-                i = index[jid]
-                for k in cols:
-                    out[k].append(j[k][i])
-                out["seed"].append(ra.seed)
-                out["free_s"].append(free[i])
-    return ({k: np.asarray(v) for k, v in left.items()}, {k: np.asarray(v) for k, v in right.items()}, unpaired)
+PAIRED_COLUMNS = ("job_id", "model", "arrival_s", "start_s", "finish_s", "jct_s", "queue_s", "num_gpus",
+                  "gpu_type", "gpu_hours")
+
+
+def completed_columns(result) -> dict[int, dict[str, np.ndarray]]:
+    """Per seed of a MultiSeedResult, the PAIRED_COLUMNS of the jobs it completed, their seconds of waiting with
+    enough GPUs free (`free_s`, `free_wait_seconds`) and `index`: job id -> row. Built once per run and shared by
+    every comparison with it (`explain_results` compares the best run with each other)."""
+    out = {}
+    for r in result.results:
+        j = r.jobs
+        done = np.isfinite(np.asarray(j["finish_s"], dtype=float))
+        busy = np.asarray(r.util_busy, dtype=float).reshape(len(r.util_times_s), -1).sum(axis=1)
+        free = free_wait_seconds(j["arrival_s"], j["start_s"], j["num_gpus"], r.util_times_s, busy, r.total_gpus)
+        cols = {k: np.asarray(j[k])[done] for k in PAIRED_COLUMNS}
+        cols["free_s"] = free[done]
+        cols["index"] = {str(jid): i for i, jid in enumerate(cols["job_id"])}
+        out[r.seed] = cols
+    return out
+
+
+def _paired_rows(a: dict, b: dict) -> tuple[dict, dict, int]:
+    """Two runs' `completed_columns` aligned on the (seed, job) pairs both completed, and how many jobs one
+    completed alone."""
+    parts_a, parts_b, unpaired = [], [], 0
+    for seed in (s for s in a if s in b):
+        ca, cb = a[seed], b[seed]
+        both = [jid for jid in ca["index"] if jid in cb["index"]]
+        unpaired += len(ca["index"]) + len(cb["index"]) - 2 * len(both)
+        for cols, parts in ((ca, parts_a), (cb, parts_b)):
+            rows = np.fromiter((cols["index"][jid] for jid in both), dtype=np.int64, count=len(both))
+            parts.append({**{k: cols[k][rows] for k in (*PAIRED_COLUMNS, "free_s")},
+                          "seed": np.full(len(both), seed)})
+
+    def joined(parts: list[dict]) -> dict[str, np.ndarray]:
+        keys = (*PAIRED_COLUMNS, "free_s", "seed")
+        return {k: np.concatenate([p[k] for p in parts]) if parts else np.array([]) for k in keys}
+
+    return joined(parts_a), joined(parts_b), unpaired
 
 
 def _share(free_s: np.ndarray, queue_s: np.ndarray) -> float:
@@ -165,8 +175,10 @@ def _running_gpus(rows: dict) -> float:
 
 
 def jct_gap(policy: str, result, reference: str, ref_result) -> JctGap:
-    """`policy`'s runs against `reference`'s (two MultiSeedResults of the same trace, cluster and seeds)."""
-    a, b, unpaired = _paired_rows(result, ref_result)
+    """`policy`'s runs against `reference`'s (two MultiSeedResults of the same trace, cluster and seeds; or their
+    `completed_columns`, to build a run's once for several comparisons)."""
+    columns = [r if isinstance(r, dict) else completed_columns(r) for r in (result, ref_result)]
+    a, b, unpaired = _paired_rows(*columns)
     n = int(a["jct_s"].size)
 
     def mean(x) -> float:
@@ -276,4 +288,5 @@ def explain_results(results: dict) -> dict[str, list[str]]:
     if not finite:
         return {}
     best = min(finite, key=finite.get)
-    return {name: explain_gap(jct_gap(name, r, best, results[best])) for name, r in results.items() if name != best}
+    reference = completed_columns(results[best])
+    return {name: explain_gap(jct_gap(name, r, best, reference)) for name, r in results.items() if name != best}
