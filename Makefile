@@ -45,7 +45,7 @@ lint: setup-dev
 
 # the benchmarks that run on any machine; the fixture writers (real_gpu_peaks.py, hf_traces.py, tune_traces.py, litgpt_traces.py, deepspeed_truth.py
 # --write), measure_gpu.py (a GPU) and mutation.py (20-40 min) run by hand, as their docstrings say
-BENCHES = memory_accuracy plans sched_overhead sim_throughput step_time_calibration fidelity jct sweep app_latency demo_why
+BENCHES = memory_accuracy gemm_fit plans sched_overhead sim_throughput step_time_calibration fidelity jct sweep app_latency demo_why
 
 bench: setup-dev
 	for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py || exit 1; done

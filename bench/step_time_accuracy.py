@@ -58,7 +58,9 @@ GPU_NOT_IN_CATALOG = "gpu not in catalog"
 # (TrainingSpec update, GPUType update). Reported on every split; decisions were taken on the non-held-out rows only.
 ABLATIONS = {
     "fp8 GEMMs at the bf16 peak": ({}, {"fp8_tflops": None}),
-    "no comm overlap": ({"overlap_dp_comm": False, "tp_comm_overlap": False}, {}),
+    "no comm overlap": ({"overlap_dp_comm": False, "tp_comm_overlap": False, "overlap_pp_comm": False}, {}),
+    "pipeline sends in series": ({"overlap_pp_comm": False}, {}),
+    "one GEMM efficiency for every shape": ({}, {"gemm_arch": None}),
     "all s keys (no causal skip)": ({"attention": "eager"}, {}),
     "efficiency = published MFU": ({}, {"hw_efficiency": None}),
 }

@@ -148,6 +148,9 @@ def _add_training_args(p: argparse.ArgumentParser, split: bool = True) -> None:
     p.add_argument("--tp-comm-overlap", default="auto", choices=list(_OVERLAP), type=str,
                    help="tensor-parallel comm hidden behind the GEMMs (Megatron --tp-comm-overlap, torchtitan "
                         "AsyncTP); auto: on for megatron with --sequence-parallel")
+    p.add_argument("--overlap-pp-comm", default="auto", choices=list(_OVERLAP), type=str,
+                   help="pipeline sends hidden behind the other chunks' compute, interleaved plans only (Megatron "
+                        "overlap_p2p_comm; off: --no-overlap-p2p-communication); auto: on for megatron")
     for flag, default in (("reduce-bucket-size", "5e8"), ("stage3-max-live-parameters", "1e9"),
                           ("stage3-max-reuse-distance", "1e9")):
         p.add_argument(f"--{flag}", type=_elements, default=0, metavar="N",
@@ -200,6 +203,7 @@ def _training(args, dp: int = 1):
         fsdp=getattr(args, "fsdp", 0),
         overlap_dp_comm={"on": True, "off": False}.get(getattr(args, "overlap_dp_comm", "auto")),
         tp_comm_overlap={"on": True, "off": False}.get(getattr(args, "tp_comm_overlap", "auto")),
+        overlap_pp_comm={"on": True, "off": False}.get(getattr(args, "overlap_pp_comm", "auto")),
         reduce_bucket_size=args.reduce_bucket_size, stage3_max_live_parameters=args.stage3_max_live_parameters,
         stage3_max_reuse_distance=args.stage3_max_reuse_distance,
     )

@@ -53,6 +53,11 @@ class GPUType(BaseModel):
     intra_link_efficiency: float = 1.0  # achieved / nominal bandwidth of a gradient all-reduce inside a node
     network_efficiency: float = 1.0  # achieved / nominal NIC bandwidth of an all-reduce across nodes
     mfu_source: str = "assumed, not measured"  # where mfu comes from
+    # GEMM efficiency by shape (frenzy_core/gemm.py): the architecture whose measured curve this type's GEMMs follow
+    # (None: none measured, one efficiency whatever the shape) and the calibration run (gemm.REFERENCES) whose
+    # linears `hw_efficiency` / `mfu` was measured at
+    gemm_arch: str | None = None
+    gemm_reference: str | None = None
     calibration_source: str = "not measured: nominal links, no overhead"  # where the four fields above come from
 
     @model_validator(mode="after")
@@ -158,13 +163,13 @@ _CATALOG_LIST = [
             calibration_source=f"{_SIA}: the A100-40GB fit (same GA100 chip); {_NOMINAL}"),
     GPUType(name="H100-80GB", memory_gib=80, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=3350,
             intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=2.99, mfu=0.464, fp8_tflops=1979,
-            hw_efficiency=0.4843, source=f"{_NV_H100}; {_LAMBDA}",
+            hw_efficiency=0.4843, source=f"{_NV_H100}; {_LAMBDA}", gemm_arch="sm90", gemm_reference="foundry-mpt7b-2k",
             mfu_source=f"{_FOUNDRY}: h100_80gb 7b seq 2048 8 GPUs MFU 46.44; {_TITAN}; hw_efficiency = MFU "
                        f"{_TO_PERF_FLOPS} (no recompute, MFU = HFU)",
             calibration_source=f"not measured: no overhead; {_NOMINAL}"),
     GPUType(name="H200-141GB", memory_gib=141, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=4800,
             intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=3.79, mfu=0.464, fp8_tflops=1979,
-            hw_efficiency=0.4843,
+            hw_efficiency=0.4843, gemm_arch="sm90", gemm_reference="foundry-mpt7b-2k",
             source="NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s, same compute as H100 SXM (1,979 TF fp8 dense); "
                    "price: public cloud lists 2025",
             mfu_source=f"{_FOUNDRY}: the H100 figure, 7b seq 2048 8 GPUs MFU 46.44 and hw_efficiency 0.4843 "
@@ -177,6 +182,7 @@ _CATALOG_LIST = [
     # so its efficiency is its own, fitted on the one bf16 row of the accuracy bench that is not held out
     GPUType(name="H100-96GB", memory_gib=96, bf16_tflops=989, fp32_tflops=494, memory_bandwidth_gbyte_s=2400,
             intra_link="nvlink", intra_link_gbyte_s=450, price_per_hour_usd=2.99, mfu=0.460, fp8_tflops=1979,
+            gemm_arch="sm90", gemm_reference="titan-llama31-8b-8k",
             source=f"{_TITAN_H100_96}; price: the H100-80GB's (not on public price lists)",
             mfu_source="fit (2026-12-01, refitted 2026-12-02, 2026-12-03): bench/data/published_throughput.jsonl row titan-llama31-8b-h10096-fsdp-"
                        "compile-8gpu (held_out false; torchtitan@b5bcd76c benchmarks/llama3_h100_202412_torchtitan.md "

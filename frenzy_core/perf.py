@@ -70,6 +70,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from frenzy_core import gemm
 from frenzy_core.frameworks import get as get_framework
 from frenzy_core.gpus import GPUType
 from frenzy_core.memory import lora_head_parameters, lora_parameters
@@ -717,6 +718,22 @@ def comm_overlaps(training: TrainingSpec) -> tuple[bool, bool]:
     return bool(dp), bool(tp)
 
 
+def pp_overlaps(training: TrainingSpec, vp):
+    """Whether the pipeline sends of a plan with `vp` chunks per rank overlap the other chunks' compute: only the
+    interleaved schedule can (vp > 1, Megatron's validate_args), and there `TrainingSpec.overlap_pp_comm`, else the
+    stack's default (`Framework.pp_overlap`: megatron's overlap_p2p_comm).
+
+    >>> pp_overlaps(TrainingSpec(framework="megatron"), np.array([1, 2])).tolist()
+    [False, True]
+    >>> bool(pp_overlaps(TrainingSpec(framework="megatron", overlap_pp_comm=False), 2)), bool(pp_overlaps(TrainingSpec(), 2))
+    (False, False)
+    """
+    v = np.asarray(vp)
+    if training.overlap_pp_comm is None:
+        return get_framework(training.framework).pp_overlap(training, v)
+    return (v > 1) & bool(training.overlap_pp_comm)
+
+
 @dataclass(frozen=True)
 class TimePart:
     """One term of the step: the seconds it adds to the critical path and the seconds hidden behind compute."""
@@ -759,6 +776,7 @@ class StepTime:
     slowest_stage: int = 0  # the pipeline stage whose compute + communication paces the pipeline
     dp_comm_overlapped_s: float = 0.0  # the data-parallel traffic's seconds hidden behind compute
     tp_comm_overlapped_s: float = 0.0  # the tensor-parallel traffic's seconds hidden behind the linear GEMMs
+    pp_p2p_overlapped_s: float = 0.0  # the pipeline sends' seconds hidden behind other chunks (Framework.pp_overlap)
     compute_linear_s: float = 0.0  # of compute_s: the linear GEMMs (fp8 peak under fp8_linears), LM head, adapters
     compute_attention_s: float = 0.0  # of compute_s: the attention core (QK^T, AV; its kernel's measured rate)
     compute_other_s: float = 0.0  # of compute_s: the norms (6 FLOPs per weight) and fp8 quantisation passes
@@ -780,7 +798,8 @@ class StepTime:
 
     def parts(self) -> tuple[TimePart, ...]:
         """Each term as (name, exposed, overlapped) seconds, in PART_NAMES order; exposed sums to step_time_s."""
-        overlapped = {"dp_comm": self.dp_comm_overlapped_s, "tp_comm": self.tp_comm_overlapped_s}
+        overlapped = {"dp_comm": self.dp_comm_overlapped_s, "tp_comm": self.tp_comm_overlapped_s,
+                      "pp_p2p": self.pp_p2p_overlapped_s}
         return tuple(TimePart(n, getattr(self, f"{n}_s"), overlapped.get(n, 0.0)) for n in PART_NAMES)
 
 
@@ -887,6 +906,12 @@ def _components(
         dense_ew, moe_ew = elementwise_time_flops(model, training, gpu, eff, memo["elementwise"])
         dense_time_flops = dense_time_flops + dense_ew
         moe_time_flops = moe_time_flops + moe_ew
+    if mfu is None:
+        # the linears' GEMMs at their shapes' measured speed relative to the calibration run's (gemm.py: tiles,
+        # waves, the K loop's fill): a tensor-parallel split that narrows them or a short micro-batch costs more
+        dense_shape, moe_shape = linear_shape_time_flops(model, training, gpu, b * s, t, fp8, per_token)
+        dense_time_flops = dense_time_flops + linear_time_share * dense_shape
+        moe_time_flops = moe_time_flops + linear_time_share * moe_shape
     if model.is_moe:
         moe_time_flops = moe_time_flops + _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8,
                                                                 peak_flops_s * linear_time_share, eff)
@@ -1061,8 +1086,12 @@ def _components(
         # (share of the traffic, the compute it hides behind): the distributed optimizer's reduce-scatter and
         # all-gather are half the all-reduce's volume each; plain DDP all-reduces in backward
         halves = ((0.5, BACKWARD_SHARE), (0.5, FORWARD_SHARE)) if sharded else ((1.0, BACKWARD_SHARE),)
+        # with vp chunks (the interleaved schedule) each chunk syncs its own gradients after its own last backward
+        # and gathers its parameters before its own first forward (`staggered_exposed_s`)
+        group = np.minimum(p, m)
         dp_comm_s = unhideable_share * dp_raw_s + sum(
-            np.maximum(0.0, (1.0 - unhideable_share) * share * dp_raw_s - window * per_micro_batch_s)
+            staggered_exposed_s((1.0 - unhideable_share) * share * dp_raw_s, window * per_micro_batch_s / v,
+                                group * window * per_micro_batch_s / v, v)
             for share, window in halves)
 
     # Pipeline bubble (GPipe / 1F1B): (p - 1) idle micro-batch slots out of m (Narayanan 2021 Sec. 2.2.1) of the
@@ -1074,7 +1103,10 @@ def _components(
     # split 1/t by Megatron's scatter/gather (Narayanan 2021 Sec. 4.1); the network when stages cross nodes. With
     # vp chunks per rank every micro-batch crosses each rank vp times: vp times the sends (Sec. 2.2.2).
     p2p_link = np.where(replica_spans_nodes, np.minimum(net_per_ring, intra_bytes_s), intra_bytes_s)
-    pp_p2p_s = np.where(p > 1, 2 * m * v * activation_msg_bytes / t / p2p_link, 0.0)
+    pp_p2p_raw_s = np.where(p > 1, 2 * m * v * activation_msg_bytes / t / p2p_link, 0.0)
+    # Overlapped (the stack's `pp_overlap`: Megatron's interleaved schedule with overlap_p2p_comm) each transfer
+    # runs under another chunk's compute: only what exceeds the stage's compute stays exposed
+    pp_p2p_s = np.where(pp_overlaps(training, v), np.maximum(0.0, pp_p2p_raw_s - compute_s), pp_p2p_raw_s)
 
     total = compute_s + tp_comm_s + ep_comm_s + cp_comm_s + pp_bubble_s + pp_p2p_s + dp_comm_s + optimizer_s \
         + overhead_s
@@ -1090,6 +1122,7 @@ def _components(
         "dp_comm_s": dp_comm_s,
         "dp_comm_overlapped_s": dp_raw_s - dp_comm_s,
         "tp_comm_overlapped_s": tp_raw_s - tp_comm_s,
+        "pp_p2p_overlapped_s": pp_p2p_raw_s - pp_p2p_s,
         "compute_linear_s": compute_linear_s,
         "compute_attention_s": compute_attention_s,
         "compute_other_s": compute_other_s,
@@ -1230,6 +1263,67 @@ def fp8_cast_elements_per_token(model: ModelSpec, training: TrainingSpec) -> tup
     return float(dense), float(moe)
 
 
+def staggered_exposed_s(traffic_s, first_window_s, step_window_s, chunks):
+    """Exposed seconds of data-parallel traffic split evenly over `chunks` model chunks, chunk j (in the order the
+    schedule reaches them) hiding behind first_window + j x step_window of compute:
+
+        sum over j = 0 .. v - 1 of max(0, traffic / v - first - j x step)
+          = k A - step k (k - 1) / 2,   A = traffic / v - first,  k = min(v, ceil(A / step))  (0 when A <= 0)
+
+    Megatron's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py
+    forward_backward_pipelining_with_interleaving) launches each model chunk's gradient sync (config.grad_sync_func)
+    once that chunk's last micro-batch has run backward, and its parameter all-gather (config.param_sync_func) ahead
+    of its first forward; micro-batches run in groups of microbatch_group_size_per_vp_stage (default: the pipeline
+    size, megatron/core/model_parallel_config.py) per chunk, so the chunks reach their last backward (first forward)
+    one group of backward (forward) passes apart: first = the chunk's own micro-batch pass, step = p of them.
+    One chunk (vp = 1): max(0, traffic - first), the last micro-batch's pass.
+
+    >>> float(staggered_exposed_s(1.0, 0.25, 0.0, 1))  # one chunk: what exceeds its own window
+    0.75
+    >>> round(float(staggered_exposed_s(1.2, 0.1, 0.2, 3)), 12)  # 0.4 per chunk: 0.3 + 0.1 + 0 exposed
+    0.4
+    """
+    traffic, first, step, v = (np.asarray(x, dtype=np.float64) for x in (traffic_s, first_window_s, step_window_s,
+                                                                         chunks))
+    a = traffic / v - first
+    k = np.where(step > 0, np.minimum(v, np.ceil(np.maximum(a, 0.0) / np.where(step > 0, step, 1.0))), v)
+    return np.where(a > 0, k * a - step * k * (k - 1) / 2, 0.0)
+
+
+def linear_shape_time_flops(model: ModelSpec, training: TrainingSpec, gpu: GPUType, tokens, t, fp8: bool,
+                            per_token: TokenFlops):
+    """What the layers' linear GEMMs take beyond (or short of) their FLOPs at the type's calibrated efficiency, per
+    token, as FLOPs at the GEMMs' own rate, for (a dense layer, a routed-expert layer):
+
+        dense  linear FLOPs x (share_attn (F_attn - 1) + share_mlp (F_mlp - 1))
+        MoE    the attention projections' share alone (the experts' GEMMs have their own roofline term)
+
+    F = gemm.linear_time_factors: the shapes' measured seconds per FLOP over the calibration run's (1 where the type
+    has no measured curve). share_attn = attention weights / (attention + dense MLP weights) of the linear FLOPs.
+
+    >>> from frenzy_core.gpus import CATALOG
+    >>> from frenzy_core.models import ZOO
+    >>> tr = TrainingSpec(seq_len=2048)
+    >>> linear_shape_time_flops(ZOO["llama-2-7b"], tr, CATALOG["A100-80GB"], 2048, 1, False,
+    ...                         token_flops(ZOO["llama-2-7b"], tr))  # no measured curve for the A100
+    (0.0, 0.0)
+    """
+    curve = gemm.curve_for(gpu.gemm_arch, "fp8" if fp8 else "bf16")
+    if curve is None or gpu.gemm_reference is None:
+        return 0.0, 0.0
+    peak = gpu.peak_tflops("fp8" if fp8 else training.precision_setup.compute_dtype) * 1e12
+    # a plan grid holds few distinct (tokens, t): evaluate those once
+    tokens, t = np.broadcast_arrays(np.asarray(tokens, dtype=np.float64), np.asarray(t, dtype=np.float64))
+    keys, first, back = np.unique(tokens.ravel() * 65536.0 + t.ravel(), return_index=True, return_inverse=True)
+    f_attn, f_mlp = gemm.linear_time_factors(curve, gpu.gemm_reference, model, tokens.ravel()[first],
+                                             t.ravel()[first], peak, wgrad=not training.lora_rank)
+    f_attn, f_mlp = (np.asarray(f)[back.ravel()].reshape(tokens.shape) for f in (f_attn, f_mlp))
+    attn_w, mlp_w = model.attention_parameters(), model.dense_mlp_parameters()
+    attn_flops = per_token.dense_linear * attn_w / (attn_w + mlp_w)
+    dense = attn_flops * (f_attn - 1.0) + (per_token.dense_linear - attn_flops) * (f_mlp - 1.0)
+    return dense, attn_flops * (f_attn - 1.0)
+
+
 def _moe_extra_time_flops(model, training, gpu, b, t, c, e, et, fp8, gemm_peak_flops_s, eff):
     """What a routed-expert layer costs beyond its FLOPs at the type's efficiency, per token, as bf16-rate FLOPs
     that take the same time on the stage (`_components` divides by d t cp x bf16 peak x eff):
@@ -1331,6 +1425,7 @@ def step_time(
         slowest_stage=int(c["slowest_stage"]),
         dp_comm_overlapped_s=float(c["dp_comm_overlapped_s"]),
         tp_comm_overlapped_s=float(c["tp_comm_overlapped_s"]),
+        pp_p2p_overlapped_s=float(c["pp_p2p_overlapped_s"]),
         compute_linear_s=float(c["compute_linear_s"]),
         compute_attention_s=float(c["compute_attention_s"]),
         compute_other_s=float(c["compute_other_s"]),

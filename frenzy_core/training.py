@@ -139,6 +139,10 @@ class TrainingSpec(BaseModel):
     # megatron with sequence parallelism). False reproduces the no-overlap step model.
     overlap_dp_comm: bool | None = None
     tp_comm_overlap: bool | None = None
+    # Pipeline sends hidden behind the other chunks' compute (Megatron overlap_p2p_comm, which needs the interleaved
+    # schedule: only plans with vp > 1 overlap); None = the framework's default (Framework.pp_overlap: on for
+    # megatron), False = in series (--no-overlap-p2p-communication)
+    overlap_pp_comm: bool | None = None
     # DeepSpeed zero_optimization values of the run (deepspeed/runtime/zero/config.py), in elements; 0: DeepSpeed's
     # default (5e8, 1e9, 1e9). Only the deepspeed recipe reads them.
     reduce_bucket_size: int = 0  # the contiguous gradient bucket (ZeRO-1/2: per backward; ZeRO-3: allocated once)

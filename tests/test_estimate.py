@@ -40,10 +40,27 @@ def test_json_has_exactly_the_documented_keys(capsys):
                                                  "dp_comm", "optimizer", "overhead"]
     assert all(set(p) == {"name", "exposed_s", "overlapped_s"} and p["overlapped_s"] >= 0.0 for p in got["parts"])
     hidden = {p["name"] for p in got["parts"] if p["overlapped_s"] > 0}
-    assert hidden <= {"tp_comm", "dp_comm"}  # only communication hides behind compute (megatron overlaps by default)
+    # only communication hides behind compute (megatron overlaps by default; the sends only with vp > 1)
+    assert hidden <= {"tp_comm", "dp_comm"}
     assert sum(p["exposed_s"] for p in got["parts"]) == pytest.approx(got["step_time_s"], rel=1e-12)
     assert len(got["per_stage_allocated_bytes"]) == 2 and got["allocated_bytes"] == max(got["per_stage_allocated_bytes"])
     assert got["reserved_bytes"] > got["allocated_bytes"] and got["fits"] is True
+
+
+def test_interleaved_pipeline_sends_hide_unless_switched_off(capsys):
+    """Megatron with vp 2 hides the pipeline sends (overlap_p2p_comm); --overlap-pp-comm off puts them in series:
+    exposed then equals the overlapped seconds of the default run, and the step is longer by the difference."""
+    argv = ["--model", "llama-3.1-8b", "--gpu", "H100-80GB", "--dp", "2", "--tp", "2", "--pp", "2", "--vp", "2",
+            "--global-batch", "16", "--seq-len", "4096", "--framework", "megatron", "--json"]
+    runs = {}
+    for flag in ("auto", "off"):
+        code, out, _ = _run(capsys, *argv, "--overlap-pp-comm", flag)
+        assert code == 0
+        runs[flag] = json.loads(out)
+    p2p = {flag: next(p for p in run["parts"] if p["name"] == "pp_p2p") for flag, run in runs.items()}
+    assert p2p["auto"]["overlapped_s"] > 0 and p2p["off"]["overlapped_s"] == 0.0
+    assert p2p["off"]["exposed_s"] == pytest.approx(p2p["auto"]["exposed_s"] + p2p["auto"]["overlapped_s"], rel=1e-12)
+    assert runs["off"]["step_time_s"] > runs["auto"]["step_time_s"]
 
 
 def test_uneven_stages_on_the_command_line(capsys):

@@ -644,12 +644,27 @@ def test_a_plan_whose_stages_cannot_hold_the_layers_is_refused_naming_the_rule()
 def test_uneven_405b_plan_from_the_planner_exports_for_megatron():
     from test_plans import H100_1024, LLAMA_405B, MCORE
 
-    plan = next(p for p in rank_plans(LLAMA_405B, MCORE, H100_1024, tokens=TOKENS).plans if p.uneven)
-    flags = _flags(_shell_words(export_plan("megatron", LLAMA_405B, MCORE, plan, H100_1024, TOKENS)))
-    for flag, value in (("--decoder-first-pipeline-num-layers", plan.first_stage_layers),
-                        ("--decoder-last-pipeline-num-layers", plan.last_stage_layers)):
-        assert flags.get(flag) == (str(value) if value else None)
-    assert flags["--pipeline-model-parallel-size"] == str(plan.pp)
+    from frenzy_core.training import lighter_chunk_layout
+
+    uneven = [p for p in rank_plans(LLAMA_405B, MCORE, H100_1024, tokens=TOKENS).plans if p.uneven]
+    # the planner's first uneven plan, and the first of each way Megatron writes one: whole chunks at the ends
+    # (--decoder-first/last-pipeline-num-layers) or one layer lighter (the account-for-embedding/loss layout)
+    picks = {any(lighter_chunk_layout(p.vp, p.first_stage_layers, p.last_stage_layers)): p for p in reversed(uneven)}
+    assert uneven and uneven[0] in picks.values()
+    for lighter, plan in picks.items():
+        words = _shell_words(export_plan("megatron", LLAMA_405B, MCORE, plan, H100_1024, TOKENS))
+        flags = _flags(words)
+        first, last = lighter_chunk_layout(plan.vp, plan.first_stage_layers, plan.last_stage_layers)
+        if lighter:  # 126 layers + the embedding's and the loss' slots over p x vp chunks
+            assert ("--account-for-embedding-in-pipeline-split" in words) == first
+            assert ("--account-for-loss-in-pipeline-split" in words) == last
+            assert "--decoder-first-pipeline-num-layers" not in flags
+            assert (126 + first + last) % (plan.pp * plan.vp) == 0
+        else:
+            for flag, value in (("--decoder-first-pipeline-num-layers", plan.first_stage_layers),
+                                ("--decoder-last-pipeline-num-layers", plan.last_stage_layers)):
+                assert flags.get(flag) == (str(value) if value else None)
+        assert flags["--pipeline-model-parallel-size"] == str(plan.pp)
 
 
 def test_megatron_refuses_per_op_sac_naming_the_recompute_field():

@@ -115,6 +115,10 @@ def _never(training: Any) -> bool:
     return False
 
 
+def _never_p2p(training: Any, vp: Any) -> Any:
+    return vp < 0  # False, broadcast over a vp array
+
+
 def _zero3_prefetch(training: Any) -> bool:
     """ZeRO-3 prefetches the next layer's parameters and reduce-scatters behind compute (FSDP1's backward prefetch;
     DeepSpeed's overlap_comm defaults to stage == 3, deepspeed/runtime/zero/config.py overlap_comm_valid)."""
@@ -194,6 +198,9 @@ class Framework:
     dp_overlap_default: Callable[[Any], bool] = _zero3_prefetch
     # tensor-parallel communication hidden behind the GEMMs when TrainingSpec.tp_comm_overlap is None
     tp_overlap_default: Callable[[Any], bool] = _never
+    # pipeline point-to-point sends hidden behind the other chunks' compute, (training, vp array) -> bool array;
+    # default off: the sends run in series with the stage's compute
+    pp_overlap: Callable[[Any, Any], Any] = _never_p2p
     # the fused attention kernel flash attention runs on a GPU of this compute capability, (training, (major,
     # minor)) -> a perf.ATTENTION_KERNEL_TFLOPS kernel name ("flash-attn-2", "cudnn"); default: PyTorch SDPA's
     attention_kernel: Callable[[Any, tuple[int, int]], str] = _sdpa_flash

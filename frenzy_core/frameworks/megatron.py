@@ -67,6 +67,18 @@ def tp_overlap_default(training) -> bool:
     return training.sequence_parallel
 
 
+def pp_overlap(training, vp):
+    """On with the interleaved schedule (vp > 1), off without it: Megatron-LM's --no-overlap-p2p-communication
+    defaults overlap_p2p_comm on and validate_args turns it off "if not using the interleaved schedule"
+    (megatron/training/arguments.py); Megatron-Bridge's and NeMo 2's recipes set overlap_p2p_comm = True with
+    batch_p2p_comm = False when vp > 1, batch_p2p_comm (blocking) otherwise
+    (src/megatron/bridge/training/comm_overlap.py, nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py). The
+    interleaved schedule then posts each chunk's send / receive asynchronously and waits for it only before the
+    chunk that needs it (megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving),
+    so the transfer runs under the other chunks' compute."""
+    return vp > 1
+
+
 def attention_kernel(training, compute_capability: tuple[int, int]) -> str:
     """cuDNN's fused attention on Hopper and newer, FlashAttention-2 before. Megatron-Core's TE layer spec builds
     core attention as TEDotProductAttention (megatron/core/extensions/transformer_engine_spec_provider.py
@@ -114,6 +126,7 @@ FRAMEWORK = Framework(
     switches_label="grouped GEMM, fp8 weights, bf16 grads, master remainders, per-module recompute",
     dp_overlap_default=dp_overlap_default,
     tp_overlap_default=tp_overlap_default,
+    pp_overlap=pp_overlap,
     attention_kernel=attention_kernel,
     elementwise_fused=elementwise_fused,
     amp_refusal="megatron has no autocast mode: use precision bf16-master (Megatron --bf16) or fp32",
