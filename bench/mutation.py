@@ -264,6 +264,17 @@ EQUIVALENT: dict[tuple[str, str, str, str], str] = {
     ("memory.states", "stage_model_states", "0.0 * optimizer", "Mult -> Div"):
         "optimizer > 0 on every stage (every stage has parameters, LoRA adapters when lora_rank >= 1, and every "
         "optimizer keeps states: OPTIMIZER_STATE_BYTES > 0), finite (check_sizes bounds the sizes): 0 / x == 0 * x",
+    ("memory.copies", "fp8_weight_cache_bytes", "fp8_linear_parameters(step, model, last, castable) * copies * FP8_BYTES",
+     "Mult -> Div"):
+        "FP8_BYTES is 1 (an e4m3 / e5m2 element, sizes.py): x * 1 == x / 1",
+    ("memory.pipeline", "in_flight_layers", "first > 0", "Gt -> GtE"):
+        "the clause is and-ed with np.mod(first, vp) > 0, which is False at first == 0: first >= 0 selects the same "
+        "stages",
+    ("memory.predict", "_evaluate", "parts.get('stream_pools', 0.0)", "0.0 -> 1.0"):
+        "only the paper method's parts lack 'stream_pools' (_detailed always returns it), and pools._gpu_reports "
+        "ignores the pools under the paper method (allocated = reserved = total = tensors)",
+    ("memory.states", "model_state_bytes", "weights + 0 * d", "Add -> Sub"):
+        "0 * d is 0 (d a finite rank count, broadcast only): weights - 0 == weights + 0",
     ("limits", "divisors", "n <= 0", "LtE -> Lt"):
         "only n = 0 tells them apart, and for n = 0 the loop `while i * i <= n` never runs: both return []",
     ("limits", "check_size", "len(text) * 4 > limit", "Gt -> GtE"):

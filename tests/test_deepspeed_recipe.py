@@ -356,3 +356,14 @@ def test_zero3_step_holds_the_bucket_only_where_it_is_allocated_once():
     assert float(zero_step_terms(own, ps, 3, 200.0, 100.0, 0, bucket=1000.0)[1]) == 600.0 + 1000.0
     freed = replace(own, zero3_persistent_bucket=False)
     assert float(zero_step_terms(freed, ps, 3, 200.0, 100.0, 0, bucket=1000.0)[1]) == 600.0
+
+
+def test_zero1_holds_its_gradient_bucket_too():
+    # stage_1_and_2.py allocates the contiguous bucket for ZeRO-1 as for ZeRO-2 (its reduce_bucket_size elements, bf16):
+    # 5e8 -> 5e7 elements is (5e8 - 5e7) x 2 bytes off the gradient phases' peak
+    model = ZOO["llama-3.1-8b"]
+    base = dict(framework="deepspeed", zero_stage=1, seq_len=1024, micro_batch=1, global_batch=8)
+    default = predict_memory(model, TrainingSpec(**base), Parallelism(dp=8), overhead=NO_OVERHEAD)
+    small = predict_memory(model, TrainingSpec(**base, reduce_bucket_size=50_000_000), Parallelism(dp=8),
+                           overhead=NO_OVERHEAD)
+    assert default.total_bytes - small.total_bytes == pytest.approx((DEEPSPEED_REDUCE_BUCKET_ELEMENTS - 5e7) * BF16)

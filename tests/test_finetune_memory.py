@@ -358,3 +358,12 @@ def test_peft_copies_an_adapter_input_to_fp32_only_from_a_16_bit_base_without_au
 
     assert adapter_input_cast_bytes(get_recipe("hf"), act, autocast) == cast
     assert adapter_input_cast_bytes(get_recipe("torchtune"), act, autocast) == 0  # its adapters stay in bf16
+
+
+def test_eager_attention_keeps_the_context_only_for_an_adapter_on_o():
+    """Eager attention's output projection input (the context, h wide): a frozen bf16 o_proj keeps none, so a run
+    with adapters on q, v alone does not hold it; an adapter on o keeps it as lora_A's input, with lora_B's r-wide
+    input beside it (no dropout, bf16 base: nothing else changes)."""
+    without = _layer_bytes(lora_targets="q,v", attention="eager")
+    with_o = _layer_bytes(lora_targets="q,v,o", attention="eager")
+    assert with_o - without == BF16 * H + BF16 * 4

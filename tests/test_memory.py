@@ -1003,3 +1003,60 @@ def test_a_one_layer_first_stage_under_interleaving_has_an_empty_first_chunk():
 
     assert lighter_chunk_layout(2, 1, 0) == (True, False)
     assert float(in_flight_layers(3, 2, 2, 4, 0, 1, 0)) == 2.0
+
+
+# --- mutants of 2026-12-06 (bench/mutation.py --modules memory --per-module 6 --seed 3) -----------------------------
+def test_each_residual_dropout_keeps_one_mask_byte_per_hidden_element():
+    """Korthikanti et al. 2022 Sec. 4: the attention block's and the MLP block's output dropouts each keep a
+    1-byte mask of s b h: 2 h bytes per token and layer beyond the same run without dropout (flash attention: no
+    probability dropout among the saved tensors)."""
+    from frenzy_core.memory import layer_activations
+
+    model = ZOO["llama-3.1-8b"]
+    base = TrainingSpec(seq_len=512, global_batch=1, micro_batch=1, precision="bf16-master", attention="flash")
+    plain = layer_activations(model, base)
+    dropped = layer_activations(model, base.model_copy(update={"dropout": 0.1}))
+    assert dropped.replicated - plain.replicated == 2 * 1 * model.hidden_size
+
+
+def test_interleaved_last_stage_with_whole_chunks_counts_every_chunk_full():
+    """12 layers over p 2 x vp 2 with a last stage of 4 (two whole chunks of 2; Megatron's
+    --decoder-last-pipeline-num-layers, not the lighter account-for-loss layout): rank 1 runs (vp - 1) p + 1 = 3
+    chunk-forwards before its first backward, each a whole 2-layer chunk: 6 layers in flight. Stage 0 (8 layers,
+    chunks of 4): (p - 1) 2 + (vp - 1) p + 1 = 5 chunk-forwards, 20 layers."""
+    from frenzy_core.memory import in_flight_layers
+
+    assert float(in_flight_layers(12, 2, 2, 8, 1, 0, 4)) == 6.0
+    assert float(in_flight_layers(12, 2, 2, 8, 0, 0, 4)) == 20.0
+
+
+def test_fsdp2_all_gather_pool_holds_the_tensor_parallel_head_shard():
+    """The last stage's root unit under FSDP2 with t = 2: the head's V x h / t shard and the final norm, larger than
+    one layer's t-split weights here, beside two layers' worth (the gathered block and its input shard):
+    (max(root, layer) + layer + layer / shard) x 2 bytes (bf16 gathers)."""
+    from frenzy_core.frameworks import get as get_framework
+    from frenzy_core.memory.pools import side_stream_pool_bytes
+
+    model = ModelSpec(name="wide-vocab", vocab_size=32000, hidden_size=64, num_layers=2, num_heads=4, ffn_size=128,
+                      mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", norm_kind="rmsnorm", bias=False)
+    training = TrainingSpec(seq_len=64, global_batch=2, micro_batch=1, precision="bf16-master", framework="fsdp2")
+    h, t = 64, 2
+    root = 32000 * h / t + h
+    layer = (4 * h * h + 3 * h * 128) / t + 2 * h
+    assert root > layer
+    _, all_gather = side_stream_pool_bytes(model, get_framework("fsdp2").recipe, training.precision_setup, 0.0, t, 2,
+                                           1, 2)
+    assert float(all_gather) == pytest.approx((root + layer + layer / 2) * 2, rel=1e-12)
+
+
+def test_paged_optimizer_pages_a_tensor_of_exactly_the_threshold():
+    """bitsandbytes get_state_buffer keeps `p.numel() < 1e5` as plain GPU tensors, so 1e5 elements is paged: LoRA
+    r = 50 on q, v of a 2,000-wide model has lora_A 50 x 2,000 and lora_B 2,000 x 50, each exactly 100,000
+    elements: all paged. r = 49: none."""
+    from frenzy_core.memory.states import paged_state_fraction
+
+    model = ModelSpec(name="w2000", vocab_size=1000, hidden_size=2000, num_layers=2, num_heads=16, ffn_size=4000,
+                      mlp_kind="swiglu", tie_embeddings=False, position_kind="rotary", norm_kind="rmsnorm", bias=False)
+    for rank, share in ((50, 1.0), (49, 0.0)):
+        training = TrainingSpec(lora_rank=rank, lora_targets="q,v", paged_optimizer=True)
+        assert paged_state_fraction(model, training) == share
